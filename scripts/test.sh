@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The project's test command: set up the environment, lint, then run the test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check src tests benchmarks
+.venv/bin/python -m pytest "$@"

@@ -1,0 +1,1 @@
+"""The ``linearizer`` command. Each ``cmd_*.py`` module here registers one sub-command."""

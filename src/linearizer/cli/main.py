@@ -1,0 +1,51 @@
+"""Entry point of the ``linearizer`` command.
+
+Sub-commands live in ``cmd_*.py`` modules beside this one; each exposes
+``register(subparsers) -> None`` and sets ``func(args) -> int`` on its parser. Errors the user can
+fix (``LinearizerError``) print one line and exit 2; nothing prints a traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from .. import __version__
+from ..errors import LinearizerError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="linearizer",
+        description="Linearizer networks: exact linear algebra for neural maps.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"linearizer {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    package = importlib.import_module(__package__)
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("cmd_"):
+            importlib.import_module(f"{__package__}.{info.name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(args.func(args) or 0)
+    except LinearizerError as e:
+        print(f"linearizer: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("linearizer: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
