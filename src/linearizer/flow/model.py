@@ -1,0 +1,133 @@
+"""The one-step flow-matching Linearizer: one invertible network shared through a flag, and a
+time-dependent low-rank operator A(t).
+
+``g_data = G(., tau=1)`` encodes images x1, ``g_noise = G(., tau=0)`` encodes noise x0; the model
+predicts the data latent from the interpolated latent, ``A(t) ((1-t) g_noise(x0) + t g_data(x1))``.
+Sampling integrates the induced linear ODE (see :mod:`linearizer.flow.solvers`) and decodes with
+``g_data^-1``; the whole sampler collapses into one matrix B, so a sample costs two network passes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import LinearizerError
+from ..invertible.base import Conditioned, as_cond
+from ..operators.base import LinearOperator
+from . import solvers
+
+DATA, NOISE = 1.0, 0.0
+
+
+class OneStepFlow(nn.Module):
+    """``net``: a conditioned invertible network on images ``[B, *image_shape]``;
+    ``op``: a time-dependent operator on the flattened latent (``D = prod(image_shape)``)."""
+
+    def __init__(self, net: nn.Module, op: LinearOperator, image_shape: tuple[int, int, int]):
+        super().__init__()
+        self.net = net
+        self.op = op
+        self.image_shape = tuple(int(s) for s in image_shape)
+        self.dim = math.prod(self.image_shape)
+        if op.in_features != self.dim or op.out_features != self.dim:
+            raise LinearizerError(
+                f"operator is {op.out_features}x{op.in_features} but images "
+                f"{self.image_shape} flatten to {self.dim}"
+            )
+        self._cache: dict[tuple, tuple[tuple, Tensor]] = {}
+
+    # --- the two induced spaces -------------------------------------------------------------
+    @property
+    def g_data(self) -> Conditioned:
+        return _view(self.net, DATA)
+
+    @property
+    def g_noise(self) -> Conditioned:
+        return _view(self.net, NOISE)
+
+    def check_images(self, x: Tensor, what: str = "images") -> None:
+        if x.dim() != 4 or tuple(x.shape[1:]) != self.image_shape:
+            raise LinearizerError(
+                f"{what} must have shape [N, {', '.join(map(str, self.image_shape))}], "
+                f"got {list(x.shape)}"
+            )
+        if not torch.isfinite(x).all():
+            raise LinearizerError(f"{what} contain NaN or infinite values")
+
+    def encode(self, x: Tensor, flag: float | Tensor) -> Tensor:
+        """Flattened latents ``[B, D]`` of images under ``G(., flag)`` (flag per sample allowed)."""
+        return self.net(x, as_cond(flag, x.shape[0], x)).reshape(x.shape[0], -1)
+
+    def decode(self, z: Tensor, flag: float | Tensor) -> Tensor:
+        img = z.reshape(z.shape[0], *self.image_shape)
+        return self.net.inverse(img, as_cond(flag, z.shape[0], z))
+
+    # --- sampling ---------------------------------------------------------------------------
+    def sample(
+        self,
+        x0: Tensor,
+        *,
+        steps: int = 100,
+        method: str = "euler",
+        final: str = "skip",
+        one_step: bool = True,
+        dtype: torch.dtype | None = None,
+        callback: solvers.Callback | None = None,
+    ) -> Tensor:
+        """Images from noise ``x0``: one matrix product (``one_step``) or the multi-step solver.
+
+        Both share this signature and agree to rounding. ``dtype`` is the latent working precision.
+        """
+        self.check_images(x0, "noise")
+        z0 = self.encode(x0, NOISE)
+        work = dtype or z0.dtype
+        if one_step:
+            b = self.one_step_matrix(steps=steps, method=method, final=final, dtype=work)
+            z1 = z0.to(work) @ b.T
+        else:
+            z1 = solvers.integrate(
+                self.op, z0, steps=steps, method=method, final=final, dtype=work, callback=callback
+            )
+        return self.decode(z1.to(z0.dtype), DATA)
+
+    def one_step_matrix(
+        self,
+        *,
+        steps: int = 100,
+        method: str = "euler",
+        final: str = "skip",
+        dtype: torch.dtype = torch.float64,
+    ) -> Tensor:
+        """The collapsed B (``z1 = B z0``), cached until the operator's weights change."""
+        key = (steps, method, final, dtype)
+        version = _weights_version(self.op)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        b = solvers.collapse(self.op, steps=steps, method=method, final=final, dtype=dtype)
+        self._cache[key] = (version, b)
+        return b
+
+    def invert(self, x1: Tensor, b: Tensor) -> Tensor:
+        """Noise images whose one-step sample (through ``b``) is ``x1``: ``g_noise^-1(B^-1 g_data(x1))``.
+
+        B is square and full rank (its identity part is 1/T), so the pseudo-inverse is the inverse;
+        we use an LU solve in B's dtype instead of forming B^+ (better conditioned, cheaper).
+        """
+        self.check_images(x1)
+        z1 = self.encode(x1, DATA)
+        z0 = torch.linalg.solve(b, z1.to(b.dtype).T).T
+        return self.decode(z0.to(z1.dtype), NOISE)
+
+
+def _view(net: nn.Module, flag: float) -> Conditioned:
+    # A fresh view each time: registering views as submodules would duplicate the state dict.
+    return Conditioned(net, flag)
+
+
+def _weights_version(module: nn.Module) -> tuple:
+    """Changes whenever any parameter is modified in place (optimizer steps, load_state_dict)."""
+    return tuple((p.data_ptr(), p._version, p.dtype) for p in module.parameters())

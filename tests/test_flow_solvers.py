@@ -1,0 +1,156 @@
+"""Exactness of the collapsed one-step matrix against the multi-step solvers (float64)."""
+
+import math
+
+import pytest
+import torch
+
+from linearizer.errors import LinearizerError
+from linearizer.flow import solvers
+from linearizer.operators.base import LinearOperator
+
+D, R = 12, 3
+
+
+class SmoothLoRA(LinearOperator):
+    """A(t) = U(t) V(t)^T with smooth, non-commuting factors: enough to expose ordering bugs."""
+
+    time_dependent = True
+
+    def __init__(self, dim: int = D, rank: int = R, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.in_features = self.out_features = dim
+        self.p = torch.nn.Parameter(torch.randn(4, dim, rank, generator=g, dtype=torch.float64))
+
+    def factors(self, t):
+        t = torch.as_tensor(t, dtype=torch.float64)
+        tt = t.reshape(-1, 1, 1)
+        u = (self.p[0] + torch.sin(3 * tt) * self.p[1]) / math.sqrt(D)
+        v = (self.p[2] + torch.cos(2 * tt) * self.p[3]) / math.sqrt(D)
+        return (u, v) if t.dim() else (u[0], v[0])
+
+    def forward(self, z, t=None):
+        u, v = self.factors(torch.as_tensor(t, dtype=torch.float64).expand(z.shape[0]))
+        return torch.einsum("bdr,ber,be->bd", u, v, z)
+
+
+def dense_a(op, t):
+    u, v = op.factors(torch.tensor(t, dtype=torch.float64))
+    return u @ v.T
+
+
+def generator(op, t):
+    return (dense_a(op, t) - torch.eye(D, dtype=torch.float64)) / (1 - t)
+
+
+def reference_matrix(op, steps, method):
+    """Textbook propagators built from dense matrices: the independent reference."""
+    h, eye = 1.0 / steps, torch.eye(D, dtype=torch.float64)
+    b = eye.clone()
+    for i in range(steps - 1):
+        t = i * h
+        l1, l2, l4 = generator(op, t), generator(op, t + h / 2), generator(op, t + h)
+        if method == "euler":
+            m = eye + h * l1
+        elif method == "rk4-authors":
+            m = eye + h / 6 * (l1 + 4 * l2 + l4)
+        else:
+            k1 = l1
+            k2 = l2 @ (eye + h / 2 * k1)
+            k3 = l2 @ (eye + h / 2 * k2)
+            k4 = l4 @ (eye + h * k3)
+            m = eye + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        b = m @ b
+    return b
+
+
+@pytest.mark.parametrize("method", solvers.METHODS)
+@pytest.mark.parametrize("steps", [2, 7, 40])
+def test_collapse_matches_textbook_propagator(method, steps):
+    op = SmoothLoRA()
+    b = solvers.collapse(op, steps=steps, method=method)
+    ref = reference_matrix(op, steps, method)
+    assert torch.allclose(b, ref, rtol=0, atol=1e-12 * ref.abs().max().item())
+
+
+@pytest.mark.parametrize("method", solvers.METHODS)
+@pytest.mark.parametrize("final", solvers.FINALS)
+def test_one_step_equals_multi_step(method, final):
+    op = SmoothLoRA(seed=1)
+    z0 = torch.randn(5, D, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    b = solvers.collapse(op, steps=30, method=method, final=final)
+    multi = solvers.integrate(op, z0, steps=30, method=method, final=final)
+    err = (z0 @ b.T - multi).norm() / multi.norm()
+    assert err < 1e-13
+
+
+def test_final_predict_is_the_x1_prediction_jump():
+    op = SmoothLoRA(seed=3)
+    skip = solvers.collapse(op, steps=10, method="euler")
+    pred = solvers.collapse(op, steps=10, method="euler", final="predict")
+    assert torch.allclose(pred, dense_a(op, 0.9) @ skip, atol=1e-13)
+
+
+class RegularFlow(SmoothLoRA):
+    """A(t) = I + (1 - t) U(t) V(t)^T: the velocity U V^T z has no singularity at t = 1, so the
+    solvers' convergence orders show cleanly. It has no low-rank factors (dense path)."""
+
+    def factors(self, t):
+        return None
+
+    def matrix(self, t=None, dtype=None):
+        u, v = SmoothLoRA.factors(self, torch.tensor(float(t), dtype=torch.float64))
+        return torch.eye(D, dtype=torch.float64) + (1 - float(t)) * (u @ v.T)
+
+
+def test_rk4_is_fourth_order_and_authors_rk_is_first_order():
+    op = RegularFlow(seed=4)
+    fine = {s: _fine_solution(op, 1 - 1 / s) for s in (10, 20)}
+
+    def err(method, steps):
+        return (solvers.collapse(op, steps=steps, method=method) - fine[steps]).norm().item()
+
+    rk4 = [err("rk4", s) for s in (10, 20)]
+    authors = [err("rk4-authors", s) for s in (10, 20)]
+    euler = [err("euler", s) for s in (10, 20)]
+    assert 12 < rk4[0] / rk4[1] < 20  # 2^4 = 16: fourth order
+    assert 1.5 < authors[0] / authors[1] < 2.6  # 2^1: first order, like Euler
+    assert 1.5 < euler[0] / euler[1] < 2.6
+    assert authors[1] > 1000 * rk4[1]
+
+
+def _fine_solution(op, t_end, n=2000):
+    """Many small RK4 steps on [0, t_end] with the dense generator: an independent reference."""
+    h, eye = t_end / n, torch.eye(D, dtype=torch.float64)
+
+    def gen(t):
+        return (op.matrix(t) - eye) / (1 - t)
+
+    b = eye.clone()
+    for i in range(n):
+        t = i * h
+        k1 = gen(t) @ b
+        k2 = gen(t + h / 2) @ (b + h / 2 * k1)
+        k3 = gen(t + h / 2) @ (b + h / 2 * k2)
+        k4 = gen(t + h) @ (b + h * k3)
+        b = b + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return b
+
+
+def test_callback_sees_every_step():
+    seen = []
+    solvers.integrate(
+        SmoothLoRA(), torch.zeros(1, D, dtype=torch.float64), steps=6, callback=seen.append
+    )
+    assert [s["i"] for s in seen] == list(range(5))
+    assert seen[-1]["t"] == pytest.approx(5 / 6)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"method": "heun"}, {"final": "jump"}, {"steps": 1}, {"steps": 2.5}]
+)
+def test_bad_schedule_is_a_clear_error(kwargs):
+    args = {"steps": 10, "method": "euler", "final": "skip"} | kwargs
+    with pytest.raises(LinearizerError):
+        solvers.integrate(SmoothLoRA(), torch.zeros(1, D, dtype=torch.float64), **args)
