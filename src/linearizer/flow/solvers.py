@@ -71,8 +71,9 @@ class _Factors:
                 if fac is None:
                     mats.extend(op.matrix(float(t)).to(dtype) for t in tt)
                 else:
-                    us.append(fac[0].to(dtype))
-                    vs.append(fac[1].to(dtype))
+                    # A one-element chunk may come back unbatched ([D, r]).
+                    us.append(fac[0].to(dtype).reshape(len(tt), *fac[0].shape[-2:]))
+                    vs.append(fac[1].to(dtype).reshape(len(tt), *fac[1].shape[-2:]))
         self.u = torch.cat(us) if us else None
         self.v = torch.cat(vs) if vs else None
         self.mats = mats
