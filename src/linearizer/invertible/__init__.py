@@ -1,0 +1,43 @@
+"""Invertible networks with exact inverses: blocks, conditioners and ready-made networks.
+
+Every block is an :class:`InvertibleModule` with ``forward(x, cond=None)`` and
+``inverse(z, cond=None)`` on images ``[B, C, H, W]``; ``cond`` is the ``[B]`` flag handed to
+every conditioner.
+"""
+
+from .actnorm import ActNorm
+from .base import Conditioned, InvertibleModule, as_cond, same_network
+from .cnn import SmallCNN
+from .coupling import AffineCoupling
+from .dropout import SharedDropout, set_dropout_seed
+from .mix import InvConv1x1
+from .network import CouplingBlock, InvertibleNetwork, cpu_network
+from .sequential import InvertibleSequential
+from .squeeze import Squeeze
+
+__all__ = [
+    "ActNorm",
+    "AffineCoupling",
+    "Conditioned",
+    "CouplingBlock",
+    "InvConv1x1",
+    "InvertibleModule",
+    "InvertibleNetwork",
+    "InvertibleSequential",
+    "SharedDropout",
+    "SmallCNN",
+    "Squeeze",
+    "as_cond",
+    "cpu_network",
+    "same_network",
+    "set_dropout_seed",
+]
+
+# The paper's U-Net conditioner lives in unet.py, written separately; import it when present.
+try:
+    from .unet import paper_network  # noqa: F401 (re-exported below)
+except ModuleNotFoundError as error:
+    if error.name != f"{__name__}.unet":
+        raise
+else:
+    __all__.append("paper_network")

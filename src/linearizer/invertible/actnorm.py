@@ -1,0 +1,84 @@
+"""Activation normalisation (Glow) with a data-dependent start that survives checkpoints."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import LinearizerError
+from .base import InvertibleModule
+
+
+def check_images(x: Tensor, channels: int | None, what: str) -> None:
+    """Raise :class:`LinearizerError` unless ``x`` is ``[B, channels, H, W]``."""
+    if not isinstance(x, Tensor) or x.dim() != 4:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise LinearizerError(f"{what} expects images [B, C, H, W], got {shape}")
+    if channels is not None and x.shape[1] != channels:
+        raise LinearizerError(f"{what} expects {channels} channels, got {x.shape[1]}")
+
+
+class ActNorm(InvertibleModule):
+    """Per-channel affine map ``y = (x + bias) * exp(log_scale)``; inverse ``z * exp(-ls) - bias``.
+
+    The bias is added *before* the scale, as in the authors' code, so their checkpoints load
+    as they are. Both parameters have shape ``[1, C, 1, 1]`` and start at zero (the identity).
+
+    Data-dependent start: the first ``forward`` in train mode while ``initialized`` is 0 sets
+    ``bias = -mean`` and ``log_scale = -log(std + 1e-6)`` per channel over (B, H, W) (unbiased
+    std), so that batch comes out standardised. ``initialized`` is a persistent buffer: it is
+    saved in the state dict and a reloaded model never re-initialises. A state dict that holds
+    ``bias`` but no ``initialized`` (the authors' checkpoints keep the flag outside) loads as
+    initialised. Before the start the parameters are zero, so the inverse is the identity, as
+    in the authors' code. Under DDP, initialise (one forward on one batch) before wrapping.
+
+    >>> norm = ActNorm(3)
+    >>> x = torch.randn(8, 3, 4, 4) * 5 + 2
+    >>> y = norm(x).detach()             # first train-mode call: data-dependent start
+    >>> bool(norm.initialized), abs(float(y.mean())) < 1e-6
+    (True, True)
+    >>> bool(torch.allclose(norm.inverse(y), x, atol=1e-5))
+    True
+    """
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        if channels < 1:
+            raise LinearizerError(f"ActNorm needs at least one channel, got {channels}")
+        self.channels = channels
+        self.bias = nn.Parameter(torch.zeros(1, channels, 1, 1))
+        self.log_scale = nn.Parameter(torch.zeros(1, channels, 1, 1))
+        self.register_buffer("initialized", torch.zeros((), dtype=torch.uint8))
+
+    @torch.no_grad()
+    def initialize_(self, x: Tensor) -> None:
+        """Set bias and log-scale so that ``x`` is standardised per channel; mark initialised."""
+        check_images(x, self.channels, "ActNorm")
+        values = x.detach().transpose(0, 1).reshape(self.channels, -1)
+        if values.shape[1] < 2:
+            raise LinearizerError("ActNorm initialisation needs at least 2 values per channel")
+        mean = values.mean(dim=1)
+        std = values.std(dim=1, unbiased=True)
+        self.bias.copy_(-mean.view_as(self.bias))
+        self.log_scale.copy_(-torch.log(std + 1e-6).view_as(self.log_scale))
+        self.initialized.fill_(1)
+
+    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+        check_images(x, self.channels, "ActNorm")
+        if self.training and not bool(self.initialized):
+            self.initialize_(x)
+        return (x + self.bias) * torch.exp(self.log_scale)
+
+    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
+        check_images(z, self.channels, "ActNorm")
+        return z * torch.exp(-self.log_scale) - self.bias
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:  # noqa: ANN001
+        # Loaded parameters mean a trained layer: a flagless (authors') state dict is initialised.
+        key = prefix + "initialized"
+        if key not in state_dict and prefix + "bias" in state_dict:
+            state_dict[key] = torch.ones((), dtype=torch.uint8)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}"

@@ -1,0 +1,110 @@
+"""Affine coupling: update one channel half with a shift and scale computed from the other.
+
+Conditioner interface
+---------------------
+A conditioner is any ``nn.Module`` called as ``conditioner(u, cond) -> h`` with
+
+* ``u``: ``Tensor[B, C_c, H, W]``, the half that is kept (read, not changed);
+* ``cond``: ``Tensor[B]`` or ``None``, the network's conditioning flag, passed unchanged;
+* ``h``: ``Tensor[B, 2 * C_out, H, W]``, channels ``[0, C_out)`` are the shifts ``s`` and
+  channels ``[C_out, 2 * C_out)`` the raw log-scales ``l`` of the ``C_out`` updated channels.
+
+The coupling applies ``y = (x + s) * exp(clamp(l))`` (shift *before* scale, as the authors)
+and inverts it exactly with ``x = y * exp(-clamp(l)) - s``, because ``u`` is the same on both
+sides. A conditioner whose last layer starts at zero makes the coupling start as the identity.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import LinearizerError
+from .actnorm import check_images
+from .base import InvertibleModule
+
+UPDATES = ("first", "second")
+CLAMP_MODES = ("soft", "hard")
+
+
+def clamp_log_scale(raw: Tensor, clamp: float, mode: str) -> Tensor:
+    """``soft``: ``clamp * tanh(raw / clamp)`` (smooth); ``hard``: clip to ``[-clamp, clamp]``."""
+    if mode == "soft":
+        return clamp * torch.tanh(raw / clamp)
+    return raw.clamp(-clamp, clamp)
+
+
+class AffineCoupling(InvertibleModule):
+    """Update one half of the channels given the other (see the module docstring).
+
+    Channels split as ``a = [0, C // 2)`` and ``b = [C // 2, C)``. ``update="first"`` changes
+    ``a`` given ``b``; ``update="second"`` changes ``b`` given ``a``. The conditioner is the
+    submodule ``cond`` (the authors' key name).
+
+    >>> class Shift(nn.Module):  # a toy conditioner: shift = u, log-scale = 0
+    ...     def forward(self, u, cond=None):
+    ...         return torch.cat([u, torch.zeros_like(u)], dim=1)
+    >>> c = AffineCoupling(Shift())
+    >>> x = torch.randn(2, 4, 3, 3)
+    >>> bool(torch.equal(c(x)[:, :2], x[:, :2] + x[:, 2:]))
+    True
+    >>> bool(torch.allclose(c.inverse(c(x)), x))
+    True
+    """
+
+    def __init__(
+        self,
+        conditioner: nn.Module,
+        update: str = "first",
+        clamp: float = 5.0,
+        clamp_mode: str = "soft",
+    ) -> None:
+        super().__init__()
+        if update not in UPDATES:
+            raise LinearizerError(f"update must be one of {UPDATES}, got {update!r}")
+        if clamp_mode not in CLAMP_MODES:
+            raise LinearizerError(f"clamp_mode must be one of {CLAMP_MODES}, got {clamp_mode!r}")
+        if not clamp > 0:
+            raise LinearizerError(f"clamp must be positive, got {clamp}")
+        self.cond = conditioner
+        self.update = update
+        self.clamp = float(clamp)
+        self.clamp_mode = clamp_mode
+
+    def _halves(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """``(changed, kept)`` halves of ``x``."""
+        check_images(x, None, "AffineCoupling")
+        if x.shape[1] < 2:
+            raise LinearizerError(f"AffineCoupling needs at least 2 channels, got {x.shape[1]}")
+        half = x.shape[1] // 2
+        a, b = x[:, :half], x[:, half:]
+        return (a, b) if self.update == "first" else (b, a)
+
+    def _join(self, changed: Tensor, kept: Tensor) -> Tensor:
+        pair = (changed, kept) if self.update == "first" else (kept, changed)
+        return torch.cat(pair, dim=1)
+
+    def shift_log_scale(
+        self, kept: Tensor, width: int, cond: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """Shift and clamped log-scale for ``width`` changed channels, computed from ``kept``."""
+        h = self.cond(kept, cond)
+        expected = (kept.shape[0], 2 * width, *kept.shape[2:])
+        if tuple(h.shape) != expected:
+            raise LinearizerError(
+                f"conditioner returned {tuple(h.shape)}, expected {expected} (shifts, log-scales)"
+            )
+        return h[:, :width], clamp_log_scale(h[:, width:], self.clamp, self.clamp_mode)
+
+    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+        changed, kept = self._halves(x)
+        shift, log_scale = self.shift_log_scale(kept, changed.shape[1], cond)
+        return self._join((changed + shift) * torch.exp(log_scale), kept)
+
+    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
+        changed, kept = self._halves(z)
+        shift, log_scale = self.shift_log_scale(kept, changed.shape[1], cond)
+        return self._join(changed * torch.exp(-log_scale) - shift, kept)
+
+    def extra_repr(self) -> str:
+        return f"update={self.update!r}, clamp={self.clamp}, clamp_mode={self.clamp_mode!r}"

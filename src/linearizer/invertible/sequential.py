@@ -1,0 +1,46 @@
+"""A chain of invertible blocks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from torch import Tensor, nn
+
+from .base import InvertibleModule
+
+
+class InvertibleSequential(InvertibleModule):
+    """Apply blocks in order; the inverse applies their inverses in reverse order.
+
+    ``cond`` is handed to every block.
+
+    >>> import torch
+    >>> from linearizer.invertible import ActNorm, Squeeze
+    >>> seq = InvertibleSequential(Squeeze(), ActNorm(4))
+    >>> x = torch.randn(2, 1, 4, 4)
+    >>> bool(torch.allclose(seq.inverse(seq(x)), x, atol=1e-6))
+    True
+    """
+
+    def __init__(self, *blocks: InvertibleModule) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+
+    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+        for block in self.blocks:
+            x = block(x, cond)
+        return x
+
+    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
+        for block in reversed(self.blocks):
+            z = block.inverse(z, cond)
+        return z
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, index: int) -> InvertibleModule:
+        return self.blocks[index]
+
+    def __iter__(self) -> Iterator[InvertibleModule]:
+        return iter(self.blocks)

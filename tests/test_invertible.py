@@ -1,0 +1,396 @@
+"""Property tests for linearizer.invertible: exact inverses, Jacobians, gradients, state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from linearizer.errors import LinearizerError
+from linearizer.invertible import (
+    ActNorm,
+    AffineCoupling,
+    Conditioned,
+    CouplingBlock,
+    InvConv1x1,
+    InvertibleModule,
+    InvertibleNetwork,
+    InvertibleSequential,
+    SharedDropout,
+    SmallCNN,
+    Squeeze,
+    cpu_network,
+    set_dropout_seed,
+)
+
+
+@pytest.fixture(autouse=True)
+def _float64_and_seed():
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(0)
+    yield
+    torch.set_default_dtype(default)
+
+
+def make_cnn(c_in: int, c_out: int) -> nn.Module:
+    return SmallCNN(c_in, c_out, hidden=8)
+
+
+def randomize(module: nn.Module, scale: float = 0.2) -> nn.Module:
+    """Move every parameter off its (often identity) start and mark ActNorms initialised.
+
+    Conditioner outputs get a smaller kick, as in a trained network whose couplings scale by
+    moderate factors (large random log-scales compound to latents of 1e4 and over).
+    """
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            p.add_((scale / 4 if "conv_out" in name else scale) * torch.randn_like(p))
+        for m in module.modules():
+            if isinstance(m, ActNorm):
+                m.initialized.fill_(1)
+    return module
+
+
+# name -> (factory, input channels, uses cond)
+CASES = {
+    "actnorm": (lambda: ActNorm(4), 4, False),
+    "coupling-first-soft": (lambda: AffineCoupling(make_cnn(2, 4), "first"), 4, True),
+    "coupling-second-hard": (
+        lambda: AffineCoupling(make_cnn(2, 6), "second", clamp=1.5, clamp_mode="hard"),
+        5,
+        True,
+    ),
+    "invconv": (lambda: InvConv1x1(4), 4, False),
+    "squeeze": (lambda: Squeeze(), 2, False),
+    "sequential": (
+        lambda: InvertibleSequential(ActNorm(4), AffineCoupling(make_cnn(2, 4)), InvConv1x1(4)),
+        4,
+        True,
+    ),
+    "block": (lambda: CouplingBlock(4, make_cnn), 4, True),
+    "cpu-network": (lambda: cpu_network(1, num_blocks=2, hidden=8), 1, True),
+    "network-3ch-hard": (
+        lambda: InvertibleNetwork(3, 2, make_cnn, squeeze=False, clamp_mode="hard"),
+        3,
+        True,
+    ),
+}
+
+
+def build(name: str) -> tuple[InvertibleModule, int, bool]:
+    factory, channels, conditional = CASES[name]
+    return randomize(factory()).eval(), channels, conditional
+
+
+def images(channels: int, size: int, batch: int = 2, dtype=torch.float64) -> torch.Tensor:
+    return torch.randn(batch, channels, size, size, dtype=dtype)
+
+
+def cond_for(batch: int, value: float, dtype=torch.float64) -> torch.Tensor:
+    return torch.full((batch,), value, dtype=dtype)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_round_trip_float64(name):
+    g, c, _ = build(name)
+    x, cond = images(c, 8), cond_for(2, 1.0)
+    z = g(x, cond)
+    assert z.shape == x.shape or name == "squeeze"
+    assert (g.inverse(z, cond) - x).abs().max() <= 1e-10
+    z2 = images(c, 8) if name != "squeeze" else images(4 * c, 4)
+    assert (g(g.inverse(z2, cond), cond) - z2).abs().max() <= 1e-10
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_round_trip_float32_32x32(name):
+    g, c, _ = build(name)
+    g = g.float()
+    x, cond = images(c, 32, dtype=torch.float32), cond_for(2, 0.0, torch.float32)
+    z = g(x, cond)
+    assert z.dtype == torch.float32
+    assert (g.inverse(z, cond) - x).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_conditioning(name):
+    g, c, conditional = build(name)
+    x = images(c, 4)
+    y1, y0 = g(x, cond_for(2, 1.0)), g(x, cond_for(2, 0.0))
+    assert torch.equal(y1, g(x, cond_for(2, 1.0)))
+    assert (y1 - y0).abs().max() > 1e-6 if conditional else torch.equal(y1, y0)
+    z = y1.detach()
+    assert (g.inverse(z, cond_for(2, 0.0)) - x).abs().max() > 1e-6 or not conditional
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_inverse_jacobian_is_inverse_of_forward_jacobian(name):
+    g, c, _ = build(name)
+    size = 4 if name in ("cpu-network", "squeeze") else 2
+    x, cond = images(c, size, batch=1), cond_for(1, 1.0)
+    z = g(x, cond).detach()
+    jf = torch.autograd.functional.jacobian(lambda v: g(v, cond), x).reshape(z.numel(), x.numel())
+    ji = torch.autograd.functional.jacobian(lambda v: g.inverse(v, cond), z)
+    ji = ji.reshape(x.numel(), z.numel())
+    eye = torch.eye(x.numel())
+    assert (ji @ jf - eye).abs().max() <= 1e-10
+    assert torch.linalg.det(jf).abs() > 0
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gradcheck_forward_and_inverse(name):
+    g, c, _ = build(name)
+    size = 4 if name in ("cpu-network", "squeeze") else 2
+    x = images(c, size, batch=1).requires_grad_()
+    cond = cond_for(1, 1.0)
+    assert torch.autograd.gradcheck(lambda v: g(v, cond), (x,))
+    z = g(x, cond).detach().requires_grad_()
+    assert torch.autograd.gradcheck(lambda v: g.inverse(v, cond), (z,))
+
+
+@pytest.mark.parametrize("direction", ["forward", "inverse"])
+@pytest.mark.parametrize("name", [n for n in CASES if n != "squeeze"])
+def test_gradients_reach_every_parameter(name, direction):
+    g, c, _ = build(name)
+    g.train()
+    x = images(c, 4)
+    apply = g if direction == "forward" else g.inverse
+    (apply(x, cond_for(2, 1.0)) ** 2).sum().backward()
+    for pname, p in g.named_parameters():
+        assert p.grad is not None and p.grad.abs().max() > 0, pname
+
+
+# ----------------------------------------------------------------------------- ActNorm
+
+
+def test_actnorm_data_init_standardises_and_matches_formula():
+    norm = ActNorm(3).train()
+    x = torch.randn(16, 3, 5, 5) * torch.tensor([1.0, 3.0, 0.5]).view(1, 3, 1, 1) + 2.0
+    y = norm(x)
+    assert bool(norm.initialized)
+    per_channel = y.transpose(0, 1).reshape(3, -1)
+    assert torch.allclose(per_channel.mean(1), torch.zeros(3), atol=1e-12)
+    assert torch.allclose(per_channel.std(1), torch.ones(3), atol=1e-5)
+    assert torch.allclose(y, (x + norm.bias) * norm.log_scale.exp())  # bias before scale
+
+
+def test_actnorm_before_init_inverse_is_identity_and_eval_does_not_init():
+    norm = ActNorm(2)
+    x = torch.randn(3, 2, 4, 4)
+    assert torch.equal(norm.train().inverse(x), x) and not bool(norm.initialized)
+    assert torch.equal(norm.eval()(x), x) and not bool(norm.initialized)
+    norm.initialize_(x)
+    assert bool(norm.initialized) and norm.bias.abs().max() > 0
+
+
+def test_actnorm_init_state_survives_state_dict_round_trip():
+    norm = ActNorm(2).train()
+    norm(torch.randn(8, 2, 4, 4) + 3.0)
+    state = norm.state_dict()
+    assert "initialized" in state and int(state["initialized"]) == 1
+    fresh = ActNorm(2).train()
+    fresh.load_state_dict(state)
+    before = fresh.bias.detach().clone(), fresh.log_scale.detach().clone()
+    fresh(torch.randn(8, 2, 4, 4) * 7.0 - 1.0)  # must not re-initialise on new data
+    assert torch.equal(fresh.bias, before[0]) and torch.equal(fresh.log_scale, before[1])
+
+
+def test_actnorm_flagless_state_dict_loads_as_initialised():
+    state = {"bias": torch.ones(1, 2, 1, 1), "log_scale": torch.zeros(1, 2, 1, 1)}
+    norm = ActNorm(2).train()
+    norm.load_state_dict(state)  # strict: the flag is filled in, not reported missing
+    assert bool(norm.initialized)
+    x = torch.randn(4, 2, 3, 3)
+    assert torch.equal(norm(x), x + 1.0)
+
+
+def test_actnorm_bad_input():
+    with pytest.raises(LinearizerError):
+        ActNorm(2)(torch.randn(3, 3, 4, 4))
+    with pytest.raises(LinearizerError):
+        ActNorm(2).initialize_(torch.randn(1, 2, 1, 1))
+
+
+# ----------------------------------------------------------------------------- coupling
+
+
+class _Fixed(nn.Module):
+    """Conditioner with known output: shift = 2u, log-scale = u (then clamped)."""
+
+    def forward(self, u, cond=None):
+        return torch.cat([2 * u, u], dim=1)
+
+
+@pytest.mark.parametrize("mode", ["soft", "hard"])
+def test_coupling_formula(mode):
+    x = torch.randn(2, 4, 3, 3) * 4
+    a, b = x[:, :2], x[:, 2:]
+
+    def clamp(v):
+        return 1.5 * torch.tanh(v / 1.5) if mode == "soft" else v.clamp(-1.5, 1.5)
+
+    first = AffineCoupling(_Fixed(), "first", clamp=1.5, clamp_mode=mode)(x)
+    assert torch.equal(first[:, 2:], b)
+    assert torch.allclose(first[:, :2], (a + 2 * b) * torch.exp(clamp(b)))
+    second = AffineCoupling(_Fixed(), "second", clamp=1.5, clamp_mode=mode)(x)
+    assert torch.equal(second[:, :2], a)
+    assert torch.allclose(second[:, 2:], (b + 2 * a) * torch.exp(clamp(a)))
+
+
+def test_coupling_bad_arguments_and_conditioner_output():
+    with pytest.raises(LinearizerError):
+        AffineCoupling(_Fixed(), update="middle")
+    with pytest.raises(LinearizerError):
+        AffineCoupling(_Fixed(), clamp_mode="tanh")
+    with pytest.raises(LinearizerError):
+        AffineCoupling(SmallCNN(2, 3))(torch.randn(1, 4, 2, 2))  # 3 != 2 * 2 channels
+    with pytest.raises(LinearizerError):
+        AffineCoupling(_Fixed())(torch.randn(1, 1, 2, 2))
+
+
+# ----------------------------------------------------------------------------- 1x1 mix
+
+
+def test_invconv_from_weight_reproduces_matrix():
+    w = torch.randn(5, 5)
+    mix = InvConv1x1.from_weight(w)
+    assert mix.lower.dtype == torch.float64
+    assert (mix.weight() - w).abs().max() <= 1e-12
+    assert (mix.inverse_weight() @ w - torch.eye(5)).abs().max() <= 1e-12
+    w32 = w.float()
+    mix32 = InvConv1x1.from_weight(w32)
+    assert (mix32.weight() - w32).abs().max() <= 1e-6
+
+
+def test_invconv_applies_weight_per_pixel_and_starts_orthogonal():
+    mix = InvConv1x1(4)
+    w = mix.weight().detach()
+    assert torch.allclose(w @ w.T, torch.eye(4), atol=1e-12)
+    y = torch.randn(2, 4, 3, 3)
+    assert torch.allclose(mix(y), torch.einsum("oc,bcij->boij", w, y))
+
+
+def test_invconv_rejects_bad_weights():
+    with pytest.raises(LinearizerError):
+        InvConv1x1.from_weight(torch.zeros(3, 3))
+    with pytest.raises(LinearizerError):
+        InvConv1x1(3).set_weight_(torch.eye(4))
+    with pytest.raises(LinearizerError):
+        InvConv1x1(3)(torch.randn(1, 4, 2, 2))
+
+
+# ----------------------------------------------------------------------------- squeeze
+
+
+def test_squeeze_channel_order():
+    x = torch.randn(2, 3, 4, 6)
+    s = Squeeze()(x)
+    assert s.shape == (2, 12, 2, 3)
+    for c in range(3):
+        for p in range(2):
+            for q in range(2):
+                assert torch.equal(s[:, 4 * c + 2 * p + q], x[:, c, p::2, q::2])
+
+
+def test_squeeze_bad_shapes():
+    with pytest.raises(LinearizerError):
+        Squeeze()(torch.randn(1, 1, 3, 4))
+    with pytest.raises(LinearizerError):
+        Squeeze().inverse(torch.randn(1, 3, 2, 2))
+    with pytest.raises(LinearizerError):
+        Squeeze()(torch.randn(4, 4))
+
+
+# ----------------------------------------------------------------------------- dropout
+
+
+def _dropout_network() -> InvertibleNetwork:
+    return randomize(cpu_network(1, num_blocks=2, hidden=8, dropout=0.3)).train()
+
+
+def test_shared_dropout_inverse_is_exact_in_train_mode():
+    g = _dropout_network()
+    assert set_dropout_seed(g, 11) == 4
+    x, cond = images(1, 8, batch=3), cond_for(3, 1.0)
+    z = g(x, cond)
+    assert (g.inverse(z, cond) - x).abs().max() <= 1e-10
+    # one mask over the batch: inverting part of the batch still agrees
+    assert (g.inverse(z[1:], cond[1:]) - x[1:]).abs().max() <= 1e-10
+    set_dropout_seed(g, 12)
+    assert (g(x, cond) - z).abs().max() > 1e-6
+    assert torch.equal(g.eval()(x, cond), g(x, cond))  # eval: dropout off, deterministic
+
+
+def test_shared_dropout_masks():
+    drop = SharedDropout(0.3).train()
+    x = torch.ones(4, 8, 6, 6)
+    y = drop(x)
+    assert torch.equal(y, drop(x)) and torch.equal(y[0], y[3])
+    assert set(y.unique().tolist()) == {0.0, 1 / 0.7}
+    assert torch.equal(drop(x.float()) != 0, y != 0)  # same mask in both dtypes
+    other = SharedDropout(0.3).train()
+    set_dropout_seed(nn.Sequential(drop, other), 5)
+    assert not torch.equal(drop(x), other(x))  # distinct layers draw distinct masks
+    assert torch.equal(drop.eval()(x), x)
+    with pytest.raises(LinearizerError):
+        SharedDropout(1.0)
+    with pytest.raises(LinearizerError):
+        set_dropout_seed(drop, -1)
+
+
+# ----------------------------------------------------------------------------- networks
+
+
+def test_cpu_network_starts_as_actnorm_and_mix_only():
+    g = cpu_network().eval()
+    x = images(1, 8)
+    assert torch.equal(g(x, 1.0), g(x, 0.0))  # zero-initialised couplings ignore the flag
+
+
+def test_network_state_dict_names_match_authors_layout():
+    keys = cpu_network(num_blocks=2).state_dict().keys()
+    for k in range(2):
+        assert f"blocks.{k}.actnorm.bias" in keys and f"blocks.{k}.actnorm.log_scale" in keys
+        assert f"blocks.{k}.actnorm.initialized" in keys
+        assert any(key.startswith(f"blocks.{k}.F.cond.") for key in keys)
+        assert any(key.startswith(f"blocks.{k}.G.cond.") for key in keys)
+        assert any(key.startswith(f"blocks.{k}.mix.") for key in keys)
+
+
+def test_network_accepts_scalar_cond_and_conditioned_view():
+    g, _, _ = build("cpu-network")
+    x = images(1, 8)
+    assert torch.equal(g(x, 1.0), g(x, cond_for(2, 1.0)))
+    assert torch.equal(g(x, torch.tensor(1.0)), g(x, cond_for(2, 1.0)))
+    gx = Conditioned(g, 1.0)
+    assert (gx.inverse(gx(x)) - x).abs().max() <= 1e-10
+
+
+@pytest.mark.parametrize(
+    "shape, cond",
+    [((2, 1, 8), None), ((2, 2, 8, 8), None), ((2, 1, 7, 8), None), ((2, 1, 8, 8), "bad")],
+)
+def test_network_bad_shapes(shape, cond):
+    g = cpu_network(hidden=4)
+    x = torch.randn(*shape)
+    c = torch.ones(3) if cond == "bad" else None
+    with pytest.raises(LinearizerError):
+        g(x, c)
+    with pytest.raises(LinearizerError):
+        g.inverse(x, c)
+
+
+def test_network_bad_construction():
+    with pytest.raises(LinearizerError):
+        InvertibleNetwork(1, 2, make_cnn, squeeze=False)
+    with pytest.raises(LinearizerError):
+        InvertibleNetwork(2, 0, make_cnn)
+
+
+def test_small_cnn_cond_none_is_flag_zero_and_checks_cond():
+    net = randomize(SmallCNN(2, 4, hidden=8))
+    u = torch.randn(3, 2, 4, 4)
+    assert torch.equal(net(u, None), net(u, torch.zeros(3)))
+    assert not torch.equal(net(u, None), net(u, torch.ones(3)))
+    with pytest.raises(LinearizerError):
+        net(u, torch.zeros(2))
