@@ -23,6 +23,15 @@ needs_fixture = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # Two intra-op threads on a shared 2-core machine spin against each other (20x slower).
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def golden():
     from safetensors.torch import load_file

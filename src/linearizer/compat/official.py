@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -117,7 +118,8 @@ class OfficialLayout:
 
 def read_official_args(pth_path: str | Path) -> dict[str, Any] | None:
     """``args.json`` two folders up from ``.../models/model.pth`` (as their loader), or None."""
-    path = Path(pth_path).resolve().parent.parent / "args.json"
+    # Like their loader: plain path arithmetic, no symlink resolution.
+    path = Path(os.path.abspath(pth_path)).parent.parent / "args.json"
     if not path.is_file():
         return None
     args = read_json(path)
