@@ -22,7 +22,9 @@ from ..training.config import TrainConfig, option, register_preset
 class FlowConfig(TrainConfig):
     """One-step flow matching: data, networks, objective, sampling and training settings."""
 
-    dataset: Literal["mnist", "fashion-mnist"] = option("mnist", "training images")
+    dataset: Literal["mnist", "fashion-mnist", "synthetic"] = option(
+        "mnist", "training images (synthetic: generated strokes, for smoke runs and tests)"
+    )
     data_root: str = option("", "folder with the dataset's IDX files or cache ('' = default)")
     img_size: int = option(32, "images are resized to img_size x img_size (authors: 32)")
     network: Literal["cpu", "paper"] = option(
@@ -61,7 +63,7 @@ class FlowConfig(TrainConfig):
 
 
 SMOKE = FlowConfig(
-    img_size=8, blocks=1, hidden=8, rank=2, lora_emb=8, lora_hidden=16, v_scale=0.125,
+    dataset="synthetic", img_size=8, blocks=1, hidden=8, rank=2, lora_emb=8, lora_hidden=16, v_scale=0.125,
     batch_size=8, max_steps=6, lr=1e-3, ckpt_every=3, log_every=1, ema_decay=0.9, ema_warmup=2,
     sample_steps=10, n_samples=16, threads=1,
 )  # fmt: skip

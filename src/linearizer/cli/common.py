@@ -1,0 +1,75 @@
+"""Shared pieces of the sub-commands: run-folder options, the training driver, dtype parsing."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import LinearizerError
+from ..training.config import apply_overrides, config_class, preset_names, render_options, resolve
+from ..training.trainer import resume_config, train
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def add_train_options(p: argparse.ArgumentParser, kind: str, default_preset: str) -> None:
+    p.add_argument("--preset", default=default_preset,
+                   help=f"named configuration ({', '.join(preset_names(kind))})")  # fmt: skip
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config option (repeatable); see --list-options")  # fmt: skip
+    p.add_argument("--out", default=None,
+                   help="run folder (default: runs/<kind>-<preset>-<timestamp>)")  # fmt: skip
+    p.add_argument("--resume", default=None, metavar="RUN",
+                   help="continue RUN bit-for-bit from its newest usable checkpoint")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the resolved config and the run folder, then exit")  # fmt: skip
+    p.add_argument("--list-options", action="store_true",
+                   help="print every config option with its default and exit")  # fmt: skip
+
+
+def run_training(kind: str, task: Any, args: argparse.Namespace) -> int:
+    """Resolve the config (preset + overrides, or the resumed run's), then train or dry-run."""
+    if args.list_options:
+        print(render_options(config_class(kind)))
+        return 0
+    if args.resume:
+        run = Path(args.resume)
+        if not (run / "config.json").is_file():
+            raise LinearizerError(f"cannot resume {run}: not a run folder (no config.json)")
+        cfg = resume_config(run, config_class(kind), args.overrides)
+    else:
+        cfg = resolve(kind, args.preset, args.overrides)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run = Path(args.out or f"runs/{kind}-{args.preset}-{stamp}")
+    if args.dry_run:
+        print(f"run folder: {run}{' (resume)' if args.resume else ''}")
+        print(cfg.to_json())
+        return 0
+    result = train(task, cfg, run, resume=bool(args.resume))
+    print(f"{kind} run {run}: step {result.step}, {result.seconds:.0f} s, stopped at {result.stopped}")
+    return 0
+
+
+def train_modules() -> list[Any]:
+    """The ``train_<kind>`` modules of this package, each adding one ``train`` sub-command."""
+    import pkgutil
+
+    package = importlib.import_module(__package__)
+    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
+    return [importlib.import_module(f"{__package__}.{n}") for n in names if n.startswith("train_")]
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise LinearizerError(f"dtype must be one of {list(DTYPES)}, got {name!r}") from None
+
+
+def overrides_or_preset(kind: str, preset: str, overrides: list[str]):
+    return apply_overrides(resolve(kind, preset), overrides)
