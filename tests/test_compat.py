@@ -22,7 +22,7 @@ from torch import nn
 
 from linearizer.cli.main import main
 from linearizer.compat.official import (
-    build_flow,
+    build_official_flow,
     convert_official,
     key_map,
     load_official,
@@ -415,7 +415,7 @@ def test_convert_writes_a_run_folder_that_reloads_exactly(tmp_path, official, go
     assert config["network"]["num_blocks"] == 4 and config["operator"]["rank"] == 8
     assert config["official"]["args"]["dataset"] == "mnist"
     tensors = load_tensors(run / "checkpoints" / "model.safetensors")
-    fresh, layout = build_flow(official[1]), official[1]
+    fresh, layout = build_official_flow(official[1]), official[1]
     fresh.load_state_dict(tensors)
     fresh.eval()
     with torch.no_grad():

@@ -34,11 +34,14 @@ from .pickle_reader import PickledObject, TorchCheckpoint, read_torch_checkpoint
 __all__ = [
     "KEY_TABLE",
     "OfficialLayout",
+    "build_official_flow",
     "convert_official",
+    "infer_layout",
     "key_map",
     "load_official",
     "read_official_args",
     "unet_from_official",
+    "unet_key_map",
 ]
 
 # ------------------------------------------------------------------------------------------
@@ -275,7 +278,7 @@ def infer_layout(ckpt: TorchCheckpoint, args: dict[str, Any] | None = None) -> O
 # ------------------------------------------------------------------------------------------
 
 
-def build_flow(layout: OfficialLayout) -> nn.Module:
+def build_official_flow(layout: OfficialLayout) -> nn.Module:
     """Our :class:`OneStepFlow` with the paper network and TimeLoRA for ``layout`` (random init)."""
     from ..flow.model import OneStepFlow
 
@@ -413,7 +416,7 @@ def load_official(pth_path: str | Path) -> tuple[nn.Module, OfficialLayout]:
     """Our :class:`OneStepFlow` holding the authors' weights (eval mode), and its layout."""
     ckpt = read_torch_checkpoint(pth_path)
     layout = infer_layout(ckpt, read_official_args(pth_path))
-    flow = build_flow(layout)
+    flow = build_official_flow(layout)
     _load_into(flow, ckpt.state_dict)
     return flow.eval(), layout
 
