@@ -27,6 +27,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
         raise LinearizerError(f"cannot write to {path.parent}: {e.strerror or e}") from None
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; use the usual mode
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -37,6 +38,12 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
         _remove_quietly(tmp)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _remove_quietly(tmp: str) -> None:
