@@ -1,0 +1,53 @@
+"""Shared training machinery of every trainer (flow, projective, style).
+
+* :mod:`.config` — typed, documented dataclass configs; presets; ``key=value`` overrides.
+* :mod:`.trainer` — the loop: :class:`Task` protocol, :class:`StepRandom`, :func:`train`
+  (EMA, checkpoints, exact resume, NaN stop, time budget, progress, metrics).
+* :mod:`.checkpoint` — safetensors + JSON checkpoints, verified, pruned, with fallback.
+* :mod:`.ema` — weight EMA with warm-up and a swap-in context for evaluation.
+* :mod:`.distributed` — ``torchrun`` / DDP (gloo on CPU, NCCL on GPUs), batch sharding.
+* :mod:`.tracking` — ``metrics.jsonl`` always, trackio optionally.
+* :mod:`.hub` — ``save_pretrained`` / ``from_pretrained`` folders.
+* :mod:`.toy` — a tiny task for tests and ``torchrun`` checks.
+
+See :mod:`linearizer.training.trainer` for how a task plugs in.
+"""
+
+from .checkpoint import latest_checkpoint, load_checkpoint, load_weights, save_checkpoint
+from .config import (
+    Config,
+    TrainConfig,
+    apply_overrides,
+    get_preset,
+    option,
+    register_preset,
+    render_options,
+    resolve,
+)
+from .ema import EMA
+from .hub import from_pretrained, save_pretrained
+from .trainer import StepRandom, Task, Trainer, TrainResult, resume_config, train
+
+__all__ = [
+    "EMA",
+    "Config",
+    "StepRandom",
+    "Task",
+    "TrainConfig",
+    "TrainResult",
+    "Trainer",
+    "apply_overrides",
+    "from_pretrained",
+    "get_preset",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "load_weights",
+    "option",
+    "register_preset",
+    "render_options",
+    "resolve",
+    "resume_config",
+    "save_checkpoint",
+    "save_pretrained",
+    "train",
+]

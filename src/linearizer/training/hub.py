@@ -1,0 +1,108 @@
+"""Hugging Face-style model folders: ``model.safetensors`` + ``config.json``, no pickles.
+
+``save_pretrained(model, dir, config)`` writes the weights (a shared sub-network stored once)
+and a ``config.json`` holding the model's config, kind, library version and architecture
+signature; ``from_pretrained(dir, build_fn)`` rebuilds the model from that config and loads the
+weights, refusing a folder of another architecture in one line. The folder can be uploaded
+with ``huggingface_hub.upload_folder`` as is; nothing here needs the network.
+
+>>> import tempfile, torch
+>>> folder = tempfile.mkdtemp()
+>>> net = torch.nn.Linear(3, 2)
+>>> _ = save_pretrained(net, folder, {"d_in": 3, "d_out": 2}, model_kind="demo")
+>>> back = from_pretrained(folder, lambda cfg: torch.nn.Linear(cfg["d_in"], cfg["d_out"]))
+>>> bool(torch.equal(back.weight, net.weight))
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import __version__
+from ..errors import LinearizerError
+from ..io import load_tensors, read_json, save_tensors, write_json
+from .checkpoint import check_compatible, dedupe, load_weights, model_signature, shape_table
+from .config import Config
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+
+
+def save_pretrained(
+    model: nn.Module,
+    directory: str | Path,
+    config: Config | dict[str, Any] | None = None,
+    model_kind: str = "",
+) -> Path:
+    """Write ``directory/model.safetensors`` and ``directory/config.json``; returns the folder."""
+    directory = Path(directory)
+    cfg = config.to_dict() if isinstance(config, Config) else dict(config or {})
+    tensors, aliases = dedupe(model.state_dict())
+    save_tensors(directory / WEIGHTS_NAME, tensors, metadata={"format": "pt"})
+    write_json(
+        directory / CONFIG_NAME,
+        {
+            "model_kind": model_kind,
+            "linearizer_version": __version__,
+            "model_signature": model_signature(model),
+            "model_shapes": {k: list(v) for k, v in shape_table(model).items()},
+            "tied_weights": aliases,
+            "config": cfg,
+        },
+    )
+    return directory
+
+
+def read_pretrained_config(directory: str | Path) -> dict[str, Any]:
+    """The ``config.json`` of a pretrained folder (with ``config``, ``model_kind``, ...)."""
+    meta = read_json(Path(directory) / CONFIG_NAME)
+    if not isinstance(meta, dict) or "config" not in meta:
+        raise LinearizerError(f"{directory}/{CONFIG_NAME} is not a linearizer model config")
+    return meta
+
+
+def from_pretrained(
+    directory: str | Path,
+    build_fn: Callable[[Any], nn.Module],
+    config_cls: type[Config] | None = None,
+    model_kind: str | None = None,
+    map_location: str | torch.device = "cpu",
+) -> nn.Module:
+    """Rebuild with ``build_fn(config)`` (``config_cls.from_dict`` of the stored config when
+    given, else the plain dict) and load the weights strictly."""
+    directory = Path(directory)
+    meta = read_pretrained_config(directory)
+    cfg = config_cls.from_dict(meta["config"]) if config_cls is not None else meta["config"]
+    model = build_fn(cfg)
+    check_compatible(meta, model, model_kind, str(directory))
+    state = load_tensors(directory / WEIGHTS_NAME)
+    for alias, canonical in meta.get("tied_weights", {}).items():
+        state[alias] = state[canonical]
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[-1].strip()
+        raise LinearizerError(f"{directory}: weights do not fit the model: {first}") from None
+    return model.to(map_location)
+
+
+def checkpoint_to_pretrained(
+    checkpoint: str | Path,
+    directory: str | Path,
+    model: nn.Module,
+    use_ema: bool = True,
+    model_kind: str | None = None,
+) -> Path:
+    """Export a training checkpoint's (EMA) weights and config as a pretrained folder.
+
+    ``model`` is a freshly built model of the run's config; its weights are overwritten.
+    """
+    ckpt = load_weights(checkpoint, model, use_ema=use_ema, model_kind=model_kind)
+    kind = ckpt.meta.get("model_kind", "") if model_kind is None else model_kind
+    return save_pretrained(model, directory, ckpt.config or {}, model_kind=kind)

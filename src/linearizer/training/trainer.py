@@ -1,0 +1,596 @@
+"""The training loop every trainer (flow, projective, style) shares.
+
+A trainer is a :class:`Task` (what to build, how to draw a batch, what loss to minimise) plus a
+:class:`~linearizer.training.config.TrainConfig` (or a subclass holding the task's own options).
+The loop supplies the rest: run folder and resolved ``config.json``, Adam with warm-up/decay and
+gradient clipping, EMA, progress bar, ``metrics.jsonl`` (and trackio), checkpoints every
+``ckpt_every`` steps and at the end, exact ``--resume``, a stop on non-finite losses, a wall-clock
+budget, and ``torchrun`` data parallelism.
+
+Plugging in a task::
+
+    @dataclass
+    class ToyConfig(TrainConfig):
+        width: int = option(16, "hidden width")
+
+    class ToyTask:
+        kind = "toy"                       # recorded in checkpoints; a foreign one is refused
+
+        def build(self, cfg):              # called once, after seeding torch from cfg.seed
+            self.cfg = cfg
+            self.data = torch.randn(1000, 4, generator=torch.Generator().manual_seed(1))
+            return torch.nn.Sequential(torch.nn.Linear(4, cfg.width), torch.nn.Tanh(),
+                                       torch.nn.Linear(cfg.width, 4))
+
+        def batch(self, rng):              # this process's rows of the step's global batch
+            return {"x": self.data[rng.indices(len(self.data))]}
+
+        def loss(self, model, batch, rng): # mean over the rows; draw noise through rng
+            noise = rng.randn(4, like=batch["x"])
+            err = model(batch["x"] + 0.1 * noise) - batch["x"]
+            return err.pow(2).mean(), {"mse": err.pow(2).mean().item()}
+
+        def on_eval(self, model, step, run_dir):   # optional; rank 0, EMA weights, no grad
+            return {"weight_norm": sum(p.norm().item() for p in model.parameters())}
+
+    result = train(ToyTask(), ToyConfig(max_steps=100), "runs/toy")
+    result = train(ToyTask(), resume_config("runs/toy", ToyConfig, ["max_steps=200"]),
+                   "runs/toy", resume=True)
+
+Determinism: every random draw of step ``s`` comes from generators seeded by
+``(seed, s, stream)`` (:class:`StepRandom`), the global torch, numpy and Python RNGs are
+re-seeded from ``(seed, s)`` before each step, and the learning rate is a function of ``s``; so
+a checkpoint needs only the step (plus weights, optimizer and EMA) and ``--resume`` continues
+bit-for-bit on CPU (same thread count; GPU kernels may be non-deterministic). Under
+``torchrun`` every process draws the whole global batch from the same generators and keeps its
+rows, so W processes reproduce one process up to summation order (see
+:mod:`linearizer.training.distributed`). ``max_minutes`` ends a run at a step boundary with a
+checkpoint and records the step reached in ``run.json``; resuming from it is exact, but *where*
+a budgeted run stops depends on the machine's speed.
+
+``Task.loss`` must return the *mean* over this process's rows (so DDP's gradient average is the
+global mean) and must not draw randomness except through ``rng`` (or the global RNGs, which
+are re-seeded per step and identical on every process).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import random
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .. import __version__
+from ..errors import LinearizerError
+from ..io import read_json, write_json
+from . import distributed as D
+from .checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, save_checkpoint
+from .config import Config, TrainConfig
+from .ema import EMA
+from .tracking import make_tracker, truncate_metrics
+
+# ----------------------------------------------------------------------------- randomness
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from any parts (``derive_seed(seed, step, "noise")``), stable everywhere."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def seed_globals(*parts: object) -> None:
+    """Seed torch's, numpy's and Python's global generators from ``parts``: code that draws
+    from them (a model's own dropout, numpy augmentation) repeats exactly on resume."""
+    value = derive_seed(*parts)
+    torch.manual_seed(value)
+    np.random.seed(value % (1 << 32))
+    random.seed(value)
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_permutation(seed: int, epoch: int, n: int) -> Tensor:
+    gen = torch.Generator().manual_seed(derive_seed(seed, "epoch", epoch))
+    return torch.randperm(n, generator=gen)
+
+
+class StepRandom:
+    """The random draws of one step and one stream, identical on every process.
+
+    Each draw is made for the whole global batch (``global_batch`` rows) from a CPU generator
+    seeded by ``(seed, step, stream)``; this process gets its rows (``rows``). Draw shapes are
+    per sample: ``rng.randn(1, 32, 32)`` returns ``[local_batch, 1, 32, 32]``.
+
+    >>> a = StepRandom(0, 7, "noise", global_batch=4)
+    >>> b = StepRandom(0, 7, "noise", global_batch=4, rank=1, world=2)
+    >>> bool(torch.equal(a.randn(3)[2:], b.randn(3)))
+    True
+    """
+
+    def __init__(
+        self, seed: int, step: int, stream: str, global_batch: int, rank: int = 0, world: int = 1
+    ) -> None:
+        self.seed, self.step, self.stream = int(seed), int(step), stream
+        self.global_batch, self.rank, self.world = int(global_batch), int(rank), int(world)
+        self.rows = D.shard(self.global_batch, self.rank, self.world)
+        self.gen = torch.Generator().manual_seed(derive_seed(seed, step, stream))
+
+    @property
+    def local_batch(self) -> int:
+        return self.rows.stop - self.rows.start
+
+    def take(self, global_rows: Tensor) -> Tensor:
+        """This process's rows of a tensor drawn for the whole global batch."""
+        return global_rows[self.rows]
+
+    def _out(self, t: Tensor, like: Tensor | None, device: Any) -> Tensor:
+        t = self.take(t)
+        if like is not None:
+            return t.to(device=like.device, dtype=like.dtype if t.is_floating_point() else None)
+        return t if device is None else t.to(device)
+
+    def randn(
+        self, *shape: int, dtype: torch.dtype = torch.float32, like: Tensor | None = None,
+        device: Any = None,
+    ) -> Tensor:  # fmt: skip
+        """Standard normal ``[local_batch, *shape]`` (in ``like``'s dtype/device if given)."""
+        dtype = like.dtype if like is not None else dtype
+        t = torch.randn((self.global_batch, *shape), generator=self.gen, dtype=dtype)
+        return self._out(t, like, device)
+
+    def rand(
+        self, *shape: int, dtype: torch.dtype = torch.float32, like: Tensor | None = None,
+        device: Any = None,
+    ) -> Tensor:  # fmt: skip
+        """Uniform [0, 1) ``[local_batch, *shape]``."""
+        dtype = like.dtype if like is not None else dtype
+        t = torch.rand((self.global_batch, *shape), generator=self.gen, dtype=dtype)
+        return self._out(t, like, device)
+
+    def randint(self, high: int, *shape: int, device: Any = None) -> Tensor:
+        """Integers in ``[0, high)``, ``[local_batch, *shape]``."""
+        t = torch.randint(high, (self.global_batch, *shape), generator=self.gen)
+        return self._out(t, None, device)
+
+    def indices(self, n: int, replacement: bool = False) -> Tensor:
+        """Dataset indices of this process's rows.
+
+        Without replacement, step ``s`` reads positions ``[s*B, (s+1)*B)`` of an endless
+        sequence of per-epoch permutations (seeded by ``(seed, epoch)``): every sample once per
+        epoch, and computable from the step alone.
+        """
+        if n < 1:
+            raise LinearizerError("cannot draw a batch from an empty dataset")
+        if replacement:
+            return self.randint(n)
+        start = self.step * self.global_batch + self.rows.start
+        positions = torch.arange(start, start + self.local_batch)
+        out = torch.empty_like(positions)
+        epochs = positions // n
+        for epoch in torch.unique(epochs).tolist():
+            mask = epochs == epoch
+            out[mask] = _epoch_permutation(self.seed, int(epoch), n)[positions[mask] % n]
+        return out
+
+    def int_seed(self, tag: str) -> int:
+        """An integer seed for this step and ``tag`` (same on every process)."""
+        return derive_seed(self.seed, self.step, self.stream, tag)
+
+
+# ----------------------------------------------------------------------------- task protocol
+
+
+@runtime_checkable
+class Task(Protocol):
+    """What a trainer supplies; see the module docstring for an example.
+
+    Optional methods: ``on_eval(model, step, run_dir) -> dict | None`` (rank 0, EMA weights
+    applied, eval mode, no grad; numbers are logged as ``eval/<name>``, ``str``/``Path`` values as
+    images) and ``param_groups(model) -> list[dict]`` (optimizer groups; default: all
+    parameters).
+    """
+
+    kind: str
+
+    def build(self, cfg: Any) -> nn.Module: ...
+
+    def batch(self, rng: StepRandom) -> dict[str, Any]: ...
+
+    def loss(
+        self, model: nn.Module, batch: dict[str, Any], rng: StepRandom
+    ) -> tuple[Tensor, dict[str, Any]]: ...
+
+
+class _LossModule(nn.Module):
+    """Model + task loss as one module, so DDP sees the whole loss as its ``forward``.
+
+    DDP syncs gradients only for work done inside its ``forward``; losses call arbitrary
+    methods (``inverse``, encoders) on the model, so the loss itself is the forward.
+    """
+
+    def __init__(self, task: Task, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        object.__setattr__(self, "_task", task)  # not a submodule even if the task is one
+
+    def forward(self, batch: dict[str, Any], rng: StepRandom) -> tuple[Tensor, dict[str, Any]]:
+        return self._task.loss(self.model, batch, rng)
+
+
+# ----------------------------------------------------------------------------- schedule
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """Learning rate of (0-based) ``step``: linear warm-up, then constant/cosine/linear decay."""
+    warm = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
+    if cfg.schedule == "constant":
+        return cfg.lr * warm
+    span = max(1, cfg.max_steps - cfg.warmup_steps)
+    progress = min(1.0, max(0.0, (step - cfg.warmup_steps) / span))
+    if cfg.schedule == "cosine":
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        shape = 1.0 - progress
+    return cfg.lr * warm * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape)
+
+
+def make_optimizer(cfg: TrainConfig, params: Any) -> torch.optim.Optimizer:
+    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    return cls(
+        params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay
+    )
+
+
+def grad_norm(params: list[nn.Parameter]) -> Tensor:
+    grads = [p.grad.detach().norm() for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack(grads))
+
+
+# ----------------------------------------------------------------------------- run folder
+
+
+def resume_config(run_dir: str | Path, cls: type[Config], overrides: list[str] | None = None):
+    """The config a run was started with (``RUN/config.json``), with ``overrides`` applied."""
+    from .config import apply_overrides
+
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise LinearizerError(f"{run_dir} is not a run folder (no config.json)")
+    return apply_overrides(cls.from_dict(read_json(path)), overrides)
+
+
+def _check_resume_changes(saved: dict[str, Any], cfg: TrainConfig) -> None:
+    now, mutable = cfg.to_dict(), cfg.RESUME_MUTABLE
+    changed = [k for k in now if k in saved and saved[k] != now[k] and k not in mutable]
+    if changed:
+        k = changed[0]
+        raise LinearizerError(
+            f"cannot change '{k}' when resuming (run has {saved[k]!r}, asked {now[k]!r}); "
+            f"only {', '.join(sorted(mutable))} may change"
+        )
+
+
+def _clean_temp_files(folder: Path) -> None:
+    """Remove temporaries of writes a killed process never finished."""
+    if folder.is_dir():
+        for tmp in folder.glob(".ckpt_*.tmp"):
+            tmp.unlink(missing_ok=True)
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns (rank 0 and the others alike)."""
+
+    run_dir: Path
+    step: int
+    stopped: str
+    loss: float
+    checkpoint: Path | None
+    model: nn.Module
+    ema: EMA | None
+    seconds: float
+    steps_per_s: float
+
+
+class _Progress:
+    """tqdm when installed, else a line every ``log_every`` steps (rank 0 only)."""
+
+    def __init__(self, enabled: bool, total: int, initial: int) -> None:
+        self.enabled, self.total, self.bar = enabled, total, None
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+            except ImportError:
+                pass
+
+    def update(self, step: int, loss: float | None, steps_per_s: float | None) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(1)
+            if loss is not None:
+                self.bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+        elif loss is not None:
+            print(f"step {step}/{self.total}  loss {loss:.4g}  {steps_per_s:.2f} steps/s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+class Trainer:
+    """Runs a :class:`Task` under a :class:`TrainConfig` in ``run_dir``; see :func:`train`."""
+
+    def __init__(self, task: Task, cfg: TrainConfig, run_dir: str | Path, resume: bool = False):
+        if not isinstance(cfg, TrainConfig):
+            raise LinearizerError("the trainer needs a TrainConfig (or a subclass of it)")
+        for hook in ("build", "batch", "loss"):
+            if not callable(getattr(task, hook, None)):
+                raise LinearizerError(f"task {type(task).__name__} lacks {hook}()")
+        self.task, self.cfg, self.resume = task, cfg, resume
+        self.run_dir = Path(run_dir)
+        self.kind = str(getattr(task, "kind", type(task).__name__))
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _prepare_folder(self, env: D.DistEnv) -> None:
+        run, cfg = self.run_dir, self.cfg
+        if not env.is_main:
+            return
+        if self.resume:
+            if not (run / "config.json").is_file():
+                raise LinearizerError(f"cannot resume {run}: not a run folder (no config.json)")
+            _check_resume_changes(read_json(run / "config.json"), cfg)
+        elif any(checkpoint_dir(run).glob("ckpt_*")):
+            raise LinearizerError(
+                f"{run} already holds checkpoints; continue it with --resume {run} "
+                "or choose another output folder"
+            )
+        write_json(run / "config.json", cfg.to_dict())
+        _clean_temp_files(checkpoint_dir(run))
+
+    def _status(self, env: D.DistEnv, **fields: Any) -> None:
+        if env.is_main:
+            record = {"kind": self.kind, "library_version": __version__, "world": env.world}
+            write_json(self.run_dir / "run.json", {**record, **fields})
+
+    def _build(self, env: D.DistEnv) -> tuple[nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(derive_seed(self.cfg.seed, "init"))
+        model = self.task.build(self.cfg)
+        if not isinstance(model, nn.Module):
+            raise LinearizerError(f"{type(self.task).__name__}.build must return an nn.Module")
+        model = model.to(env.device).train()
+        groups = getattr(self.task, "param_groups", None)
+        params = groups(model) if callable(groups) else list(model.parameters())
+        return model, make_optimizer(self.cfg, params)
+
+    def _init_pass(self, model: nn.Module, env: D.DistEnv) -> None:
+        """Loss once on the full global batch of step 0, no gradients: data-dependent layers
+        (ActNorm) initialise from the global batch, the same as in one process."""
+        cfg = self.cfg
+        seed_globals(cfg.seed, "init-pass")
+        _set_dropout_seed(model, derive_seed(cfg.seed, "init-pass", "dropout"))
+        data = StepRandom(cfg.seed, 0, "data", cfg.batch_size)
+        noise = StepRandom(cfg.seed, 0, "noise", cfg.batch_size)
+        with torch.no_grad():
+            self.task.loss(model, _to_device(self.task.batch(data), env.device), noise)
+
+    def _restore(self, model, optimizer, ema, env: D.DistEnv) -> int:
+        """Load the newest usable checkpoint on every rank; returns its step (0 if none)."""
+        step = -1
+        if env.is_main:
+            path = latest_checkpoint(self.run_dir)
+            step = -1 if path is None else int(path.stem.split("_")[1])
+        step = D.broadcast_int(step, env)
+        if step < 0:
+            if env.is_main:
+                warnings.warn(f"{self.run_dir} has no usable checkpoint yet; starting at step 0",
+                              stacklevel=3)  # fmt: skip
+            return -1
+        path = checkpoint_dir(self.run_dir) / f"ckpt_{step:08d}.safetensors"
+        load_checkpoint(path, model, optimizer=optimizer, ema=ema, model_kind=self.kind)
+        return step
+
+    # -- run ---------------------------------------------------------------------------------
+
+    def fit(self) -> TrainResult:
+        cfg = self.cfg
+        threads = torch.get_num_threads()
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        env, created = D.setup(cfg.device)
+        tracker = None
+        try:
+            D.shard(cfg.batch_size, env.rank, env.world)  # fail early on an uneven split
+            self._prepare_folder(env)
+            D.barrier(env)
+            model, optimizer = self._build(env)
+            ema = EMA(model, cfg.ema_decay, cfg.ema_warmup) if cfg.ema_decay > 0 else None
+            start = self._restore(model, optimizer, ema, env) if self.resume else -1
+            if start < 0:
+                start = 0
+                if cfg.init_pass:
+                    self._init_pass(model, env)
+                if ema is not None:  # start the average from the data-initialised weights
+                    ema = EMA(model, cfg.ema_decay, cfg.ema_warmup)
+            if env.is_main:
+                truncate_metrics(self.run_dir, start if start else -1)
+            tracker = make_tracker(cfg.tracker, self.run_dir, cfg.to_dict(),
+                                   cfg.tracker_project, env.is_main)  # fmt: skip
+            self._status(env, status="running", step=start, max_steps=cfg.max_steps)
+            return self._loop(model, optimizer, ema, env, tracker, start)
+        finally:
+            if tracker is not None:
+                tracker.close()
+            D.teardown(created)
+            torch.set_num_threads(threads)
+
+    def _loop(self, model, optimizer, ema, env, tracker, start: int) -> TrainResult:
+        cfg, task = self.cfg, self.task
+        runner = D.wrap(_LossModule(task, model), env, cfg.ddp_find_unused)
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        progress = _Progress(cfg.progress and env.is_main, cfg.max_steps, start)
+        t0 = time.perf_counter()
+        window_t, window_n, window_loss, window_logs = t0, 0, 0.0, {}
+        step, last_loss, stopped, last_ckpt = start, float("nan"), "max_steps", None
+        budget_s = cfg.max_minutes * 60.0
+        try:
+            while step < cfg.max_steps:
+                lr = lr_at(cfg, step)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                seed_globals(cfg.seed, step)
+                _set_dropout_seed(model, derive_seed(cfg.seed, step, "dropout"))
+                data = StepRandom(cfg.seed, step, "data", cfg.batch_size, env.rank, env.world)
+                noise = StepRandom(cfg.seed, step, "noise", cfg.batch_size, env.rank, env.world)
+                batch = _to_device(task.batch(data), env.device)
+
+                optimizer.zero_grad(set_to_none=True)
+                loss, logs = runner(batch, noise)
+                if not isinstance(loss, Tensor) or loss.dim() != 0:
+                    raise LinearizerError(f"{type(task).__name__}.loss must return a scalar tensor")
+                loss.backward()
+                if cfg.grad_clip > 0:
+                    gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+                else:
+                    gnorm = grad_norm(params)
+                over = budget_s > 0 and time.perf_counter() - t0 >= budget_s
+                check = torch.stack([loss.detach().double().cpu(), torch.tensor(float(over),
+                                     dtype=torch.float64)])  # fmt: skip
+                check = D.all_reduce_sum(check.to(env.device), env).cpu()
+                mean_loss = float(check[0]) / env.world
+                if not math.isfinite(mean_loss) or not math.isfinite(float(gnorm)):
+                    self._fail_non_finite(env, step, mean_loss, float(gnorm))
+                optimizer.step()
+                if ema is not None:
+                    ema.update(model)
+                step += 1
+                last_loss = mean_loss
+
+                window_n += 1
+                window_loss += mean_loss
+                for k, v in logs.items():
+                    window_logs[k] = window_logs.get(k, 0.0) + float(v)
+                logged = None
+                if step % cfg.log_every == 0 or step == cfg.max_steps:
+                    now = time.perf_counter()
+                    rate = window_n / max(now - window_t, 1e-9)
+                    logged = window_loss / window_n
+                    extra = _mean_logs(window_logs, window_n, env)
+                    tracker.log(step, {"loss": logged, "lr": lr, "grad_norm": float(gnorm),
+                                       "steps_per_s": rate, "samples_per_s": rate * cfg.batch_size,
+                                       "elapsed_s": now - t0, **extra})  # fmt: skip
+                    window_t, window_n, window_loss, window_logs = now, 0, 0.0, {}
+                progress.update(step, logged, None if logged is None else rate)
+
+                if cfg.ckpt_every and step % cfg.ckpt_every == 0:
+                    last_ckpt = self._save(model, optimizer, ema, env, step)
+                if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.max_steps:
+                    self._eval(model, ema, env, tracker, step)
+                if float(check[1]) > 0:
+                    stopped = "time budget"
+                    break
+        finally:
+            progress.close()
+        if last_ckpt is None or int(last_ckpt.stem.split("_")[1]) != step:
+            last_ckpt = self._save(model, optimizer, ema, env, step) if step > start else None
+        self._eval(model, ema, env, tracker, step)
+        seconds = time.perf_counter() - t0
+        rate = (step - start) / max(seconds, 1e-9)
+        summary = {"step": step, "stopped": stopped, "loss": last_loss, "seconds": seconds,
+                   "steps_per_s": rate}  # fmt: skip
+        tracker.log_summary(step, summary)
+        self._status(env, status="finished" if stopped == "max_steps" else "stopped",
+                     stopped=stopped, step=step, max_steps=cfg.max_steps, seconds=seconds,
+                     loss=last_loss)  # fmt: skip
+        if stopped != "max_steps" and env.is_main:
+            print(f"linearizer: {cfg.max_minutes:g}-minute budget reached; stopped at step "
+                  f"{step} of {cfg.max_steps} (checkpoint saved)", file=sys.stderr)  # fmt: skip
+        D.barrier(env)
+        return TrainResult(self.run_dir, step, stopped, last_loss, last_ckpt, model, ema,
+                           seconds, rate)  # fmt: skip
+
+    def _save(self, model, optimizer, ema, env: D.DistEnv, step: int) -> Path | None:
+        path = checkpoint_dir(self.run_dir) / f"ckpt_{step:08d}.safetensors"
+        if env.is_main:
+            save_checkpoint(self.run_dir, step, model, optimizer=optimizer, ema=ema,
+                            config=self.cfg.to_dict(), model_kind=self.kind,
+                            keep_last=self.cfg.keep_last)  # fmt: skip
+        return path
+
+    def _eval(self, model, ema, env: D.DistEnv, tracker, step: int) -> None:
+        hook = getattr(self.task, "on_eval", None)
+        if not env.is_main or not callable(hook):
+            return
+        model.eval()
+        try:
+            with torch.no_grad():
+                if ema is not None:
+                    with ema.applied(model):
+                        out = hook(model, step, self.run_dir)
+                else:
+                    out = hook(model, step, self.run_dir)
+        finally:
+            model.train()
+        if out:
+            images = {k: v for k, v in out.items() if isinstance(v, (str, Path))}
+            numbers = {f"eval/{k}": v for k, v in out.items() if k not in images}
+            if numbers:
+                tracker.log(step, numbers)
+            if images:
+                tracker.log_images(step, images)
+
+    def _fail_non_finite(self, env: D.DistEnv, step: int, loss: float, gnorm: float) -> None:
+        good = latest_checkpoint(self.run_dir) if env.is_main else None
+        what = f"loss {loss}" if not math.isfinite(loss) else f"gradient norm {gnorm}"
+        where = f"last good checkpoint: {good}" if good else "no checkpoint was written yet"
+        self._status(env, status="failed", step=step, reason=f"non-finite {what}")
+        raise LinearizerError(
+            f"non-finite {what} at step {step + 1}; stopped without saving ({where}). "
+            "Try a lower lr, grad_clip, or resume from that checkpoint."
+        )
+
+
+def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    return {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
+
+
+def _mean_logs(sums: dict[str, float], n: int, env: D.DistEnv) -> dict[str, float]:
+    if not sums:
+        return {}
+    keys = sorted(sums)
+    t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=env.device)
+    t = D.all_reduce_sum(t, env).cpu() / (n * env.world)
+    return dict(zip(keys, t.tolist()))
+
+
+def _set_dropout_seed(model: nn.Module, seed: int) -> None:
+    """Give SharedDropout layers this step's mask seed (forward and inverse then agree)."""
+    try:
+        from ..invertible.dropout import set_dropout_seed
+    except ImportError:  # pragma: no cover - the invertible package always ships it
+        return
+    set_dropout_seed(model, seed % (1 << 31))
+
+
+def train(task: Task, cfg: TrainConfig, run_dir: str | Path, resume: bool = False) -> TrainResult:
+    """Train ``task`` under ``cfg`` in ``run_dir`` (``resume=True`` continues from its newest
+    usable checkpoint). Works the same in one process and under ``torchrun``."""
+    return Trainer(task, cfg, run_dir, resume=resume).fit()

@@ -1,0 +1,195 @@
+"""The generic trainer: determinism, exact resume, NaN stop, time budget, hooks, tracking."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+import torch
+
+from linearizer.errors import LinearizerError
+from linearizer.training.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint
+from linearizer.training.config import TrainConfig, apply_overrides
+from linearizer.training.toy import ToyConfig, ToyTask
+from linearizer.training.tracking import make_tracker, read_metrics
+from linearizer.training.trainer import StepRandom, lr_at, resume_config, train
+
+BASE = ["dim=4", "width=8", "n_data=40", "batch_size=8", "threads=1", "progress=false",
+        "ema_warmup=3", "lr=1e-2", "log_every=2"]  # fmt: skip
+
+
+def cfg_of(*overrides: str) -> ToyConfig:
+    return apply_overrides(ToyConfig(), [*BASE, *overrides])
+
+
+def final_state(run) -> dict:
+    _, tensors = read_checkpoint(latest_checkpoint(run))
+    return {k: v for k, v in tensors.items() if k.startswith(("model.", "ema.", "optim."))}
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, different
+
+
+# ----------------------------------------------------------------------------- randomness
+
+
+def test_ranks_take_slices_of_one_global_draw():
+    whole = StepRandom(3, 11, "noise", global_batch=6)
+    parts = [StepRandom(3, 11, "noise", 6, rank=r, world=3) for r in range(3)]
+    assert torch.equal(whole.randn(2, 2), torch.cat([p.randn(2, 2) for p in parts]))
+    assert torch.equal(whole.randint(9), torch.cat([p.randint(9) for p in parts]))
+    assert not torch.equal(whole.randn(1), StepRandom(3, 12, "noise", 6).randn(1))
+    assert whole.int_seed("dropout") == parts[2].int_seed("dropout")
+
+
+def test_indices_visit_every_sample_once_per_epoch():
+    n, batch = 10, 4  # batches straddle epochs
+    seen = torch.cat([StepRandom(0, s, "data", batch).indices(n) for s in range(5)])
+    assert sorted(seen[:10].tolist()) == list(range(10))
+    assert sorted(seen[10:20].tolist()) == list(range(10))
+    assert not torch.equal(seen[:10], seen[10:20])  # a new permutation each epoch
+    split = torch.cat([StepRandom(0, 3, "data", batch, r, 2).indices(n) for r in range(2)])
+    assert torch.equal(split, StepRandom(0, 3, "data", batch).indices(n))
+
+
+def test_learning_rate_schedules():
+    cfg = TrainConfig(lr=1.0, max_steps=110, warmup_steps=10, schedule="cosine", min_lr_ratio=0.1)
+    assert lr_at(cfg, 0) == pytest.approx(0.1) and lr_at(cfg, 9) == pytest.approx(1.0)
+    assert lr_at(cfg, 60) == pytest.approx(0.55) and lr_at(cfg, 110) == pytest.approx(0.1)
+    lin = TrainConfig(lr=2.0, max_steps=100, schedule="linear")
+    assert lin.lr == lr_at(lin, 0) and lr_at(lin, 50) == pytest.approx(1.0)
+    assert lr_at(TrainConfig(lr=0.3), 10**6) == 0.3
+
+
+# ----------------------------------------------------------------------------- exact resume
+
+
+def test_resume_is_bit_exact_and_metrics_are_truncated(tmp_path):
+    straight = train(ToyTask(), cfg_of("max_steps=16", "ckpt_every=4"), tmp_path / "a")
+    assert straight.step == 16 and straight.stopped == "max_steps"
+    train(ToyTask(), cfg_of("max_steps=7", "ckpt_every=4"), tmp_path / "b")  # ends at 7
+    resumed = resume_config(tmp_path / "b", ToyConfig, ["max_steps=16"])
+    again = train(ToyTask(), resumed, tmp_path / "b", resume=True)
+    assert again.step == 16
+    assert_same(final_state(tmp_path / "a"), final_state(tmp_path / "b"))
+    for a, b in zip(straight.model.state_dict().values(), again.model.state_dict().values()):
+        assert torch.equal(a, b)
+    steps = [r["step"] for r in read_metrics(tmp_path / "b") if "loss" in r and "lr" in r]
+    assert steps == sorted(set(steps)) and steps[-1] == 16
+    assert [r for r in read_metrics(tmp_path / "b") if "summary" in r][0]["step"] == 16
+    losses_a = [r["loss"] for r in read_metrics(tmp_path / "a") if "lr" in r and r["step"] > 8]
+    losses_b = [r["loss"] for r in read_metrics(tmp_path / "b") if "lr" in r and r["step"] > 8]
+    assert losses_a == losses_b
+    config = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert config["max_steps"] == 16 and config["width"] == 8
+
+
+def test_resume_refuses_changed_settings_and_fresh_start_over_a_run(tmp_path):
+    train(ToyTask(), cfg_of("max_steps=4"), tmp_path / "r")
+    with pytest.raises(LinearizerError, match="cannot change 'lr' when resuming"):
+        train(ToyTask(), cfg_of("max_steps=8", "lr=0.5"), tmp_path / "r", resume=True)
+    with pytest.raises(
+        LinearizerError, match="already holds checkpoints; continue it with --resume"
+    ):
+        train(ToyTask(), cfg_of("max_steps=4"), tmp_path / "r")
+    with pytest.raises(LinearizerError, match="not a run folder"):
+        train(ToyTask(), cfg_of(), tmp_path / "nothing", resume=True)
+
+
+def test_resume_without_checkpoint_starts_over(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(cfg_of("max_steps=3").to_dict()))
+    with pytest.warns(UserWarning, match="no usable checkpoint yet; starting at step 0"):
+        result = train(ToyTask(), cfg_of("max_steps=3"), run, resume=True)
+    assert result.step == 3
+
+
+# ----------------------------------------------------------------------------- stopping
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
+    with pytest.raises(LinearizerError) as err:
+        train(ToyTask(), cfg_of("max_steps=20", "ckpt_every=5", "nan_at_step=12"), tmp_path)
+    msg = str(err.value)
+    assert "non-finite loss nan at step 13" in msg and "ckpt_00000010.safetensors" in msg
+    assert [p.name for p in list_checkpoints(tmp_path)][-1] == "ckpt_00000010.safetensors"
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
+    _, tensors = read_checkpoint(latest_checkpoint(tmp_path))
+    assert all(torch.isfinite(v).all() for k, v in tensors.items() if k.startswith("model."))
+
+
+def test_time_budget_stops_at_a_step_and_resumes_exactly(tmp_path):
+    cut = train(ToyTask(), cfg_of("max_steps=400", "max_minutes=0.002", "step_delay_ms=20",
+                                  "ckpt_every=0"), tmp_path / "cut")  # fmt: skip
+    assert cut.stopped == "time budget" and 0 < cut.step < 400
+    status = json.loads((tmp_path / "cut" / "run.json").read_text())
+    assert (status["status"], status["step"]) == ("stopped", cut.step)
+    assert latest_checkpoint(tmp_path / "cut").name == f"ckpt_{cut.step:08d}.safetensors"
+    n = cut.step + 3
+    train(ToyTask(), cfg_of(f"max_steps={n}", "max_minutes=0.002", "step_delay_ms=20",
+                            "ckpt_every=0"), tmp_path / "cut", resume=True)  # fmt: skip
+    train(ToyTask(), cfg_of(f"max_steps={n}", "ckpt_every=0"), tmp_path / "full")
+    assert_same(final_state(tmp_path / "cut"), final_state(tmp_path / "full"))
+
+
+# ----------------------------------------------------------------------------- hooks
+
+
+class EvalProbe(ToyTask):
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, bool, torch.Tensor]] = []
+
+    def on_eval(self, model, step, run_dir):
+        weight = model.body[0].weight.detach().clone()
+        self.calls.append((step, model.training, weight))
+        path = run_dir / f"grid_{step}.png"
+        path.write_bytes(b"png")
+        return {"score": 1.5, "grid": str(path)}
+
+
+def test_eval_hook_sees_ema_weights_and_training_resumes_untouched(tmp_path):
+    task = EvalProbe()
+    result = train(task, cfg_of("max_steps=6", "eval_every=3", "ema_decay=0.9"), tmp_path)
+    assert [c[0] for c in task.calls] == [3, 6] and not any(c[1] for c in task.calls)
+    assert torch.equal(task.calls[-1][2], result.ema.shadow["body.0.weight"])
+    assert not torch.equal(result.model.body[0].weight, result.ema.shadow["body.0.weight"])
+    assert result.model.training
+    records = read_metrics(tmp_path)
+    assert {"step": 6, "eval/score": 1.5} in records
+    assert {"step": 3, "images": {"grid": str(tmp_path / "grid_3.png")}} in records
+    logged = [r for r in records if "lr" in r]
+    assert {"loss", "lr", "grad_norm", "steps_per_s", "samples_per_s", "mse"} <= set(logged[0])
+    assert all(math.isfinite(r["loss"]) for r in logged)
+
+
+def test_threads_grad_clip_and_bad_tasks(tmp_path):
+    before = torch.get_num_threads()
+    train(ToyTask(), cfg_of("max_steps=2", "grad_clip=1e-3", "threads=1"), tmp_path / "c")
+    assert torch.get_num_threads() == before
+    assert all(r["grad_norm"] > 1e-3 for r in read_metrics(tmp_path / "c") if "grad_norm" in r)
+
+    class NoLoss:
+        kind = "x"
+
+        def build(self, cfg):
+            return torch.nn.Linear(1, 1)
+
+        def batch(self, rng):
+            return {}
+
+    with pytest.raises(LinearizerError, match="lacks loss"):
+        train(NoLoss(), cfg_of(), tmp_path / "d")
+
+
+def test_trackio_missing_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "trackio", None)  # import now fails like a missing package
+    with pytest.raises(LinearizerError, match="needs the optional trackio package"):
+        make_tracker("trackio", tmp_path)
+    with pytest.raises(LinearizerError, match="trackio"):
+        train(ToyTask(), cfg_of("max_steps=2", "tracker=trackio"), tmp_path / "t")
