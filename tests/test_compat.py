@@ -7,6 +7,7 @@ official code in eval mode). Tests needing that fixture skip with a reason when 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import io
 import os
@@ -22,15 +23,14 @@ from torch import nn
 
 from linearizer.cli.main import main
 from linearizer.compat.official import (
-    build_official_flow,
     convert_official,
+    flow_config,
     key_map,
     load_official,
     read_official_args,
 )
 from linearizer.compat.pickle_reader import read_torch_checkpoint, unpickle_restricted
 from linearizer.errors import LinearizerError
-from linearizer.io import load_tensors, read_json
 
 OFFICIAL = Path(__file__).resolve().parents[2] / "shared" / "reference" / "official"
 CKPT = OFFICIAL / "checkpoint" / "models" / "model.pth"
@@ -406,23 +406,41 @@ def test_time_lora_matches_official_factors_and_matrix(official, golden):
 
 
 @needs_fixture
-def test_convert_writes_a_run_folder_that_reloads_exactly(tmp_path, official, golden):
+def test_convert_dry_run_checks_everything_and_writes_nothing(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["convert-official", str(CKPT), "--out", str(run), "--dry-run"]) == 0
     assert not run.exists()
-    config = convert_official(CKPT, run)
-    assert read_json(run / "config.json") == config
-    assert config["network"]["num_blocks"] == 4 and config["operator"]["rank"] == 8
-    assert config["official"]["args"]["dataset"] == "mnist"
-    tensors = load_tensors(run / "checkpoints" / "model.safetensors")
-    fresh, layout = build_official_flow(official[1]), official[1]
-    fresh.load_state_dict(tensors)
-    fresh.eval()
-    with torch.no_grad():
-        assert torch.equal(fresh.net(golden["in.x1"], 1.0), official[0].net(golden["in.x1"], 1.0))
-    assert layout.network_kwargs()["clamp"] == 5.0
+    printed = capsys.readouterr().out
+    assert '"blocks": 4' in printed and '"sample_method": "rk4-authors"' in printed
+    # an existing run is refused before anything is read
+    run.mkdir()
+    (run / "run.json").write_text("{}")
     with pytest.raises(LinearizerError, match="already holds a run"):
-        convert_official(CKPT, run)
+        convert_official(tmp_path / "missing.pth", run)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(LinearizerError, match="not a folder"):
+        convert_official(CKPT, tmp_path / "file")
+
+
+@needs_fixture
+def test_flow_config_of_the_fixture_and_refusals(official):
+    layout = official[1]
+    cfg = flow_config(layout, read_official_args(CKPT))
+    assert (cfg.network, cfg.blocks, cfg.hidden, cfg.rank, cfg.img_size) == ("paper", 4, 16, 8, 32)
+    assert (cfg.unet_channel_mult, cfg.unet_blocks, cfg.unet_attn) == ((1, 1), 2, (16,))
+    assert (cfg.sample_method, cfg.sample_steps, cfg.noise_level) == ("rk4-authors", 1000, 0.3)
+    assert flow_config(layout, {"sampling_method": "euler", "steps": 50}).sample_method == "euler"
+    with pytest.raises(LinearizerError, match="sample_steps"):
+        flow_config(layout, {"steps": "many"})
+    bad = {
+        "3-channel": dataclasses.replace(layout, in_channels=3, squeeze=False),
+        "clamp": dataclasses.replace(layout, clamp=4.0),
+        "heads": dataclasses.replace(layout, unet={**layout.unet, "num_heads": 2}),
+        "time embedding": dataclasses.replace(layout, unet={**layout.unet, "emb_mult": 2}),
+    }
+    for what, variant in bad.items():
+        with pytest.raises(LinearizerError, match=f"cannot convert to a flow run: .*{what}"):
+            flow_config(variant)
 
 
 @needs_fixture
@@ -431,8 +449,9 @@ def test_args_json_is_read_two_folders_up_and_checked(tmp_path):
     link = tmp_path / "models" / "model.pth"
     link.symlink_to(CKPT)
     assert read_official_args(link) is None  # no args.json beside the link: pickle only
-    config = convert_official(link, tmp_path / "run", dry_run=True)
-    assert config["official"]["args"] is None and config["network"]["img_size"] == 32
+    result = convert_official(link, tmp_path / "run", dry_run=True)
+    assert result["official"]["args"] is None and result["config"]["img_size"] == 32
+    assert result["official"]["args_json"] is None and not (tmp_path / "run").exists()
     (tmp_path / "args.json").write_text('{"img_size": 64, "in_ch": 1}')
     with pytest.raises(LinearizerError, match="img_size=64"):
         convert_official(link, tmp_path / "run", dry_run=True)

@@ -1,8 +1,10 @@
-"""``linearizer convert-official``: the authors' released checkpoint -> a run folder.
+"""``linearizer convert-official``: the authors' released checkpoint -> a flow run folder.
 
 The pickle inside ``model.pth`` is read without executing anything (see
 :mod:`linearizer.compat.pickle_reader`); ``args.json`` is read from two folders up, as the
-authors' loader does.
+authors' loader does. The result is an ordinary flow run (``config.json``, ``run.json``,
+``checkpoints/``) plus ``official.json`` recording the source and what was inferred, so every
+command that takes a run folder opens it. See docs/official.md.
 """
 
 from __future__ import annotations
@@ -14,20 +16,22 @@ import json
 def run(args: argparse.Namespace) -> int:
     from ..compat.official import convert_official
 
-    config = convert_official(args.path, args.out, dry_run=args.dry_run, log=print)
+    result = convert_official(args.path, args.out, dry_run=args.dry_run, log=print)
     if args.dry_run:
-        print(json.dumps({k: config[k] for k in ("network", "operator", "sampling")}, indent=2))
+        shown = {"config": result["config"], "inferred": result["official"]["inferred"]}
+        print(json.dumps(shown, indent=2))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "convert-official",
-        help="convert the authors' models/model.pth into a run folder (no pickle code runs)",
+        help="convert the authors' models/model.pth into a flow run folder (no pickle code runs)",
         description=(
             "Read an official one-step checkpoint (PATH/models/model.pth, with args.json two "
-            "folders up) safely, map it onto the paper network and TimeLoRA, and write RUN/"
-            "config.json and RUN/checkpoints/model.safetensors."
+            "folders up) safely, map it onto the paper network and TimeLoRA, and write a flow "
+            "run folder: RUN/config.json, RUN/run.json, RUN/official.json and the weights as "
+            "the step-0 checkpoint in RUN/checkpoints/. Every run command then opens RUN."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

@@ -9,6 +9,7 @@ column convention ``A = U V^T`` with ``U = A2`` (their ``lin2``) and ``V = A1`` 
 
 >>> flow, layout = load_official("ckpt/models/model.pth")  # doctest: +SKIP
 >>> convert_official("ckpt/models/model.pth", "runs/official")  # doctest: +SKIP
+>>> model, cfg, step = load_flow_run("runs/official")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -18,16 +19,18 @@ import math
 import os
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from .. import __version__
 from ..errors import LinearizerError
+from ..flow.config import PAPER, FlowConfig
 from ..invertible.unet import PaperUNet, paper_network
-from ..io import read_json, save_tensors, write_json
+from ..io import read_json, write_json
 from ..operators.lora import TimeLoRA
 from .pickle_reader import PickledObject, TorchCheckpoint, read_torch_checkpoint
 
@@ -36,6 +39,7 @@ __all__ = [
     "OfficialLayout",
     "build_official_flow",
     "convert_official",
+    "flow_config",
     "infer_layout",
     "key_map",
     "load_official",
@@ -439,25 +443,87 @@ def unet_from_official(
 # writing a run folder
 # ------------------------------------------------------------------------------------------
 
+# Their ``sampling_method`` -> ours. Their one-step "rk" is a Simpson-averaged generator step,
+# not RK4 (our "rk4-authors"); their multi-step "rk" is true RK4 (our "rk4").
+SAMPLING = {"rk": "rk4-authors", "euler": "euler"}
+DATASETS = {"mnist": "mnist", "fashion": "fashion-mnist", "fashion_mnist": "fashion-mnist",
+            "fashion-mnist": "fashion-mnist", "fmnist": "fashion-mnist"}  # fmt: skip
+# What build_flow's paper network fixes rather than reads from the config.
+_FIXED = {"clamp": 5.0, "emb_mult": 4, "num_heads": 1}
 
-def run_config(layout: OfficialLayout, args: dict[str, Any] | None, source: dict) -> dict:
-    """The ``config.json`` of a converted run. One function, so the format is changed in one place.
 
-    TODO(flow config): replace with the flow engineer's typed config once it exists.
-    """
-    sampling = (args or {}).get("sampling_method", "rk")
-    return {
-        "model": "flow",
-        "preset": "official",
-        "image_shape": list(layout.image_shape),
-        "network": {"kind": "paper", **layout.network_kwargs()},
-        "operator": {"kind": "time_lora", **layout.lora, "v_scale": 1.0},
-        "sampling": {
-            "method": "rk4-authors" if sampling == "rk" else "euler",
-            "steps": int((args or {}).get("steps", 1000)),
-        },
-        "official": {"layout": asdict(layout), "args": args, **source},
+def _check_representable(layout: OfficialLayout) -> None:
+    """Refuse, in one line, a layout that a flow run folder cannot describe exactly."""
+    u = layout.unet
+    why = []
+    if layout.in_channels != 1:
+        why.append(
+            f"{layout.in_channels}-channel images (flow runs are single-channel so far; "
+            "use linearizer.compat.load_official in Python)"
+        )
+    if layout.squeeze != (layout.in_channels % 2 == 1):
+        why.append(f"squeeze={layout.squeeze} with {layout.in_channels} channel(s)")
+    if layout.clamp != _FIXED["clamp"]:
+        why.append(f"log-scale clamp {layout.clamp} (ours: {_FIXED['clamp']})")
+    if u["emb_mult"] != _FIXED["emb_mult"] or u["time_channels"] != u["model_channels"]:
+        why.append(f"time embedding {u['time_channels']}->{u['emb_mult']}x{u['model_channels']}")
+    if u["num_heads"] != _FIXED["num_heads"]:
+        why.append(f"{u['num_heads']} attention heads")
+    if why:
+        raise LinearizerError(f"cannot convert to a flow run: {'; '.join(why)}")
+
+
+def _config_and_notes(
+    layout: OfficialLayout, args: dict[str, Any] | None
+) -> tuple[FlowConfig, list[str]]:
+    _check_representable(layout)
+    a, u, lora, notes = args or {}, layout.unet, layout.lora, []
+    dataset = DATASETS.get(str(a.get("dataset", "mnist")).lower())
+    if dataset is None:
+        dataset = "mnist"
+        notes.append(f"args.json dataset {a.get('dataset')!r} has no loader here; using mnist")
+    method = SAMPLING.get(str(a.get("sampling_method", "rk")))
+    if method is None:
+        method = "rk4-authors"
+        notes.append(f"args.json sampling_method {a.get('sampling_method')!r} unknown; using rk")
+    if "num_of_layers" in a and 2 * a["num_of_layers"] != layout.num_blocks:
+        notes.append(
+            f"args.json num_of_layers={a['num_of_layers']} but the pickle holds "
+            f"{layout.num_blocks} blocks; the pickle wins"
+        )
+    values = {
+        "dataset": dataset,
+        "img_size": layout.img_size,
+        "network": "paper",
+        "blocks": layout.num_blocks,
+        "hidden": u["model_channels"],
+        "unet_channel_mult": list(u["channel_mult"]),
+        "unet_blocks": u["num_blocks"],
+        "unet_attn": list(u["attn_resolutions"]),
+        "dropout": u["dropout"],
+        "clamp": layout.clamp,
+        "clamp_mode": "hard",
+        "rank": lora["rank"],
+        "lora_emb": lora["emb_dim"],
+        "lora_hidden": lora["hidden"],
+        "lora_depth": lora["depth"],
+        "lora_activation": lora["activation"],
+        "v_scale": 1.0,
+        "noise_level": a.get("noise_level", 0.3),
+        "perceptual": "auto",
+        "sample_method": method,
+        "sample_steps": a.get("steps", 1000),
+        "batch_size": a.get("batch_size", 256),
+        "lr": a.get("lr", 1e-4),
     }
+    # Through from_dict, so a malformed args.json value is one error naming its key.
+    return FlowConfig.from_dict({**PAPER.to_dict(), **values}), notes
+
+
+def flow_config(layout: OfficialLayout, args: dict[str, Any] | None = None) -> FlowConfig:
+    """The :class:`FlowConfig` of a converted run: the architecture from the pickle, the
+    training and sampling settings from ``args.json`` (the authors' defaults when absent)."""
+    return _config_and_notes(layout, args)[0]
 
 
 def _sha256(path: Path) -> str:
@@ -468,36 +534,89 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _official_record(
+    pth_path: Path, ckpt: TorchCheckpoint, layout: OfficialLayout, args: dict | None, notes: list
+) -> dict[str, Any]:
+    """``official.json``: where the run came from and everything inferred from the pickle."""
+    u = layout.unet
+    args_path = Path(os.path.abspath(pth_path)).parent.parent / "args.json"
+    return {
+        "format": "official-one-step",
+        "source": str(pth_path.resolve()),
+        "sha256": _sha256(pth_path),
+        "bytes": pth_path.stat().st_size,
+        "zip_root": ckpt.root_name,
+        "root_class": ckpt.root.type,
+        "storage_locations": sorted(ckpt.storage_locations),
+        "tensors": len(ckpt.state_dict),
+        "inferred": {
+            "num_blocks": layout.num_blocks,
+            "image_shape": list(layout.image_shape),
+            "squeeze": layout.squeeze,
+            "clamp": layout.clamp,
+            "unet_widths": [u["model_channels"] * m for m in u["channel_mult"]],
+            "unet": u,
+            "lora": layout.lora,
+        },
+        "args_json": str(args_path) if args is not None else None,
+        "args": args,
+        "notes": notes,
+    }
+
+
+def _check_free(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise LinearizerError(f"{out_dir} exists and is not a folder")
+    for name in ("config.json", "run.json"):
+        if (out_dir / name).exists():
+            raise LinearizerError(f"{out_dir} already holds a run ({name} exists)")
+
+
 def convert_official(
     pth_path: str | Path,
     out_run_dir: str | Path,
     dry_run: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Read ``pth_path`` safely and write a run folder (``config.json`` +
-    ``checkpoints/model.safetensors``); with ``dry_run`` only read, check and report.
+    """Read ``pth_path`` safely and write a flow run folder that :func:`load_flow_run` opens:
+    ``config.json`` (a full :class:`FlowConfig`), ``run.json``, ``official.json`` and the
+    weights as the step-0 checkpoint. With ``dry_run`` only read, map and check.
 
-    Returns the resolved config dict.
+    Returns ``{"config": config dict, "official": the official.json record}``.
     """
+    from ..flow.build import build_flow
+    from ..training.checkpoint import save_checkpoint
+
     pth_path, out_dir = Path(pth_path), Path(out_run_dir)
     say = log or (lambda _msg: None)
-    if not dry_run and (out_dir / "config.json").exists():
-        raise LinearizerError(f"{out_dir} already holds a run (config.json exists)")
+    if not dry_run:
+        _check_free(out_dir)
+    ckpt = read_torch_checkpoint(pth_path)
     args = read_official_args(pth_path)
     say(f"args.json: {'found' if args is not None else 'absent (architecture from the pickle)'}")
-    flow, layout = load_official(pth_path)
-    n = sum(p.numel() for p in flow.parameters())
+    layout = infer_layout(ckpt, args)
+    cfg, notes = _config_and_notes(layout, args)
+    for note in notes:
+        say(f"note: {note}")
+    with torch.random.fork_rng(devices=[]):  # the fresh init is overwritten; keep callers' RNG
+        model = build_flow(cfg, channels=layout.in_channels)
+    _load_into(model, ckpt.state_dict)
+    n = sum(p.numel() for p in model.parameters())
     say(f"layout: {layout.num_blocks} blocks, U-Net {layout.unet}, LoRA {layout.lora}; {n} params")
-    source = {"source": str(pth_path.resolve()), "sha256": _sha256(pth_path)}
-    config = run_config(layout, args, source)
+    record = _official_record(pth_path, ckpt, layout, args, notes)
+    result = {"config": cfg.to_dict(), "official": record}
     if dry_run:
-        say(f"dry run: would write {out_dir / 'config.json'} and checkpoints/model.safetensors")
-        return config
-    save_tensors(
-        out_dir / "checkpoints" / "model.safetensors",
-        flow.state_dict(),
-        metadata={"format": "linearizer", "converted_from": "official"},
-    )
-    write_json(out_dir / "config.json", config)
-    say(f"wrote {out_dir}")
-    return config
+        say(f"dry run: nothing written (would create {out_dir})")
+        return result
+    source = {k: record[k] for k in ("source", "sha256", "zip_root")}
+    save_checkpoint(
+        out_dir, 0, model.eval(), model_kind="flow", config=cfg.to_dict(),
+        extra={"converted_from": source},
+    )  # fmt: skip
+    write_json(out_dir / "official.json", record)
+    run = {"kind": "flow", "status": "converted", "step": 0, "library_version": __version__}
+    run |= {"source": record["source"], "sha256": record["sha256"]}
+    write_json(out_dir / "run.json", run)
+    write_json(out_dir / "config.json", cfg.to_dict())  # last: marks the folder as a run
+    say(f"wrote {out_dir} (open it with load_flow_run or any run command)")
+    return result

@@ -14,7 +14,8 @@ def build_flow(cfg: FlowConfig, channels: int = 1) -> OneStepFlow:
 
         net = paper_network(
             in_channels=channels, img_size=cfg.img_size, num_blocks=cfg.blocks,
-            model_channels=cfg.hidden, dropout=cfg.dropout,
+            model_channels=cfg.hidden, dropout=cfg.dropout, channel_mult=cfg.unet_channel_mult,
+            unet_blocks=cfg.unet_blocks, attn_resolutions=cfg.unet_attn,
         )  # fmt: skip
     else:
         from ..invertible.network import cpu_network

@@ -32,6 +32,13 @@ class FlowConfig(TrainConfig):
     )
     blocks: int = option(2, "invertible blocks (ActNorm, two couplings, 1x1 conv each)")
     hidden: int = option(32, "conditioner width: SmallCNN channels or U-Net model_channels")
+    unet_channel_mult: tuple[int, ...] = option(
+        (1, 1), "paper network: U-Net width multiplier per level (authors' MNIST: 1,1)"
+    )
+    unet_blocks: int = option(2, "paper network: U-Net residual blocks per level")
+    unet_attn: tuple[int, ...] | None = option(
+        None, "paper network: U-Net resolutions with self-attention (none = the top one)"
+    )
     dropout: float = option(0.0, "conditioner dropout (masks shared with the inverse pass)")
     clamp: float = option(2.0, "log-scale clamp of the couplings")
     clamp_mode: Literal["soft", "hard"] = option("soft", "soft: c*tanh(l/c); hard: clip")
@@ -55,7 +62,11 @@ class FlowConfig(TrainConfig):
         super().validate()
         if self.img_size % 2 or self.img_size < 4:
             raise LinearizerError(f"img_size must be even and >= 4, got {self.img_size}")
-        for name in ("blocks", "hidden", "rank", "lora_hidden", "lora_depth", "sample_steps"):
+        names = ("blocks", "hidden", "rank", "lora_hidden", "lora_depth", "sample_steps",
+                 "unet_blocks")  # fmt: skip
+        if not self.unet_channel_mult or min(self.unet_channel_mult) < 1:
+            raise LinearizerError("config key 'unet_channel_mult' needs positive multipliers")
+        for name in names:
             if getattr(self, name) < 1:
                 raise LinearizerError(f"config key '{name}' must be >= 1")
         if not 0.0 <= self.dropout < 1.0:
