@@ -26,8 +26,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     spaces = ["noise", "latent"] if args.space == "both" else [args.space]
     with torch.no_grad():
-        b = model.one_step_matrix(steps=args.steps, method=args.method, final=args.final,
-                                  dtype=dtype)  # fmt: skip
+        b = model.one_step_matrix(
+            steps=args.steps, method=args.method, final=args.final, dtype=dtype
+        )
         rows = [interpolate(model, xa, xb, b, args.n, s) for s in spaces]
     path = Path(args.out) / "interpolation.png"
     save_grid(torch.cat(rows).float().clamp(0, 1), path, nrow=args.n, scale=2)
@@ -36,11 +37,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("interpolate", help="interpolate between two real images",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "interpolate",
+        help="interpolate between two real images",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     add_sampler_options(p, steps=100)
     p.add_argument("--pair", default="0,1", help="two indices into the test split")
     p.add_argument("--n", type=int, default=10, help="frames, endpoints included")
-    p.add_argument("--space", default="both", choices=["noise", "latent", "both"],
-                   help="noise: linear in pixel noise (authors); latent: the induced space")  # fmt: skip
+    p.add_argument(
+        "--space",
+        default="both",
+        choices=["noise", "latent", "both"],
+        help="noise: linear in pixel noise (authors); latent: the induced space",
+    )
     p.set_defaults(func=run)

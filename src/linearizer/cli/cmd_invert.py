@@ -24,8 +24,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"would invert {len(x1)} images with {args.run} (step {step}) into {args.out}")
         return 0
     with torch.no_grad():
-        b = model.one_step_matrix(steps=args.steps, method=args.method, final=args.final,
-                                  dtype=dtype)  # fmt: skip
+        b = model.one_step_matrix(
+            steps=args.steps, method=args.method, final=args.final, dtype=dtype
+        )
         x0, back = round_trip(model, x1, b)
     mse = (back - x1).pow(2).flatten(1).mean(1)
     psnr = [(-10 * math.log10(m) if m > 0 else math.inf) for m in mse.tolist()]
@@ -38,10 +39,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("invert", help="invert real images to noise through B^-1",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "invert",
+        help="invert real images to noise through B^-1",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     add_sampler_options(p)
     p.add_argument("--images", default=None, help=".npy/.npz/.png images [N, C, H, W] in [0, 1]")
-    p.add_argument("--test-index", default="0,1,2,3,4,5,6,7",
-                   help="indices into the dataset's test split (when --images is not given)")  # fmt: skip
+    p.add_argument(
+        "--test-index",
+        default="0,1,2,3,4,5,6,7",
+        help="indices into the dataset's test split (when --images is not given)",
+    )
     p.set_defaults(func=run)

@@ -32,17 +32,26 @@ def run(args: argparse.Namespace) -> int:
     chunks = []
     with torch.no_grad():
         for part in x0.split(args.batch):
-            chunks.append(model.sample(part, steps=args.steps, method=args.method,
-                                       final=args.final, one_step=not args.multi_step,
-                                       dtype=dtype))  # fmt: skip
+            chunks.append(
+                model.sample(
+                    part,
+                    steps=args.steps,
+                    method=args.method,
+                    final=args.final,
+                    one_step=not args.multi_step,
+                    dtype=dtype,
+                )
+            )
     x = torch.cat(chunks).float()
     seconds = time.perf_counter() - start
     out = Path(args.out)
     mode = "multi-step" if args.multi_step else "one-step"
     save_grid(x[:64].clamp(0, 1), out / "samples.png", nrow=8, scale=2)
     atomic_write(out / "samples.npz", lambda tmp: _save_npz(tmp, x.numpy()))
-    print(f"{len(x)} {mode} samples ({args.method}, T={args.steps}, {args.dtype}) in "
-          f"{seconds:.1f} s -> {out / 'samples.npz'}, {out / 'samples.png'}")  # fmt: skip
+    print(
+        f"{len(x)} {mode} samples ({args.method}, T={args.steps}, {args.dtype}) in "
+        f"{seconds:.1f} s -> {out / 'samples.npz'}, {out / 'samples.png'}"
+    )
     return 0
 
 
@@ -52,8 +61,11 @@ def _save_npz(tmp: str, samples: np.ndarray) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sample", help="generate images from a flow run",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "sample",
+        help="generate images from a flow run",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     add_sampler_options(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--one-step", action="store_true", help="one matrix product (default)")

@@ -9,9 +9,10 @@ from .common import train_modules
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "train", help="train a model (flow, projective, style)",
+        "train",
+        help="train a model (flow, projective, style)",
         description="Train a model. Runs also work under torchrun (one process per GPU).",
-    )  # fmt: skip
+    )
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     for module in train_modules():
         module.register(kinds)

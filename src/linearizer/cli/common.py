@@ -18,18 +18,38 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def add_train_options(p: argparse.ArgumentParser, kind: str, default_preset: str) -> None:
-    p.add_argument("--preset", default=default_preset,
-                   help=f"named configuration ({', '.join(preset_names(kind))})")  # fmt: skip
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one config option (repeatable); see --list-options")  # fmt: skip
-    p.add_argument("--out", default=None,
-                   help="run folder (default: runs/<kind>-<preset>-<timestamp>)")  # fmt: skip
-    p.add_argument("--resume", default=None, metavar="RUN",
-                   help="continue RUN bit-for-bit from its newest usable checkpoint")  # fmt: skip
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the resolved config and the run folder, then exit")  # fmt: skip
-    p.add_argument("--list-options", action="store_true",
-                   help="print every config option with its default and exit")  # fmt: skip
+    p.add_argument(
+        "--preset",
+        default=default_preset,
+        help=f"named configuration ({', '.join(preset_names(kind))})",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config option (repeatable); see --list-options",
+    )
+    p.add_argument(
+        "--out", default=None, help="run folder (default: runs/<kind>-<preset>-<timestamp>)"
+    )
+    p.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN",
+        help="continue RUN bit-for-bit from its newest usable checkpoint",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved config and the run folder, then exit",
+    )
+    p.add_argument(
+        "--list-options",
+        action="store_true",
+        help="print every config option with its default and exit",
+    )
 
 
 def run_training(kind: str, task: Any, args: argparse.Namespace) -> int:
@@ -51,7 +71,9 @@ def run_training(kind: str, task: Any, args: argparse.Namespace) -> int:
         print(cfg.to_json())
         return 0
     result = train(task, cfg, run, resume=bool(args.resume))
-    print(f"{kind} run {run}: step {result.step}, {result.seconds:.0f} s, stopped at {result.stopped}")
+    print(
+        f"{kind} run {run}: step {result.step}, {result.seconds:.0f} s, stopped at {result.stopped}"
+    )
     return 0
 
 

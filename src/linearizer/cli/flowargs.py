@@ -16,12 +16,24 @@ from .common import parse_dtype
 def add_sampler_options(p: argparse.ArgumentParser, steps: int = 100) -> None:
     p.add_argument("run", help="a flow run folder (trained, or converted from the authors')")
     p.add_argument("--steps", type=int, default=steps, help="T: time grid of the sampler")
-    p.add_argument("--method", default="euler", choices=["euler", "rk4", "rk4-authors"],
-                   help="solver (rk4-authors: the authors' first-order matrix)")  # fmt: skip
-    p.add_argument("--final", default="skip", choices=["skip", "predict"],
-                   help="last interval [1-1/T, 1]: skip it (authors) or jump to A's prediction")  # fmt: skip
-    p.add_argument("--dtype", default="float64", choices=["float32", "float64"],
-                   help="precision of B and of the latent solver")  # fmt: skip
+    p.add_argument(
+        "--method",
+        default="euler",
+        choices=["euler", "rk4", "rk4-authors"],
+        help="solver (rk4-authors: the authors' first-order matrix)",
+    )
+    p.add_argument(
+        "--final",
+        default="skip",
+        choices=["skip", "predict"],
+        help="last interval [1-1/T, 1]: skip it (authors) or jump to A's prediction",
+    )
+    p.add_argument(
+        "--dtype",
+        default="float64",
+        choices=["float32", "float64"],
+        help="precision of B and of the latent solver",
+    )
     p.add_argument("--no-ema", action="store_true", help="use the raw weights, not the EMA")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--dry-run", action="store_true", help="check the inputs and exit")
@@ -59,7 +71,9 @@ def read_images(path: str, shape: tuple[int, ...]) -> torch.Tensor:
     if x.dim() == 3:
         x = x[:, None]
     if tuple(x.shape[1:]) != tuple(shape):
-        raise LinearizerError(f"{file} holds images of shape {list(x.shape[1:])}, need {list(shape)}")
+        raise LinearizerError(
+            f"{file} holds images of shape {list(x.shape[1:])}, need {list(shape)}"
+        )
     return x
 
 

@@ -62,8 +62,15 @@ class FlowConfig(TrainConfig):
         super().validate()
         if self.img_size % 2 or self.img_size < 4:
             raise LinearizerError(f"img_size must be even and >= 4, got {self.img_size}")
-        names = ("blocks", "hidden", "rank", "lora_hidden", "lora_depth", "sample_steps",
-                 "unet_blocks")  # fmt: skip
+        names = (
+            "blocks",
+            "hidden",
+            "rank",
+            "lora_hidden",
+            "lora_depth",
+            "sample_steps",
+            "unet_blocks",
+        )
         if not self.unet_channel_mult or min(self.unet_channel_mult) < 1:
             raise LinearizerError("config key 'unet_channel_mult' needs positive multipliers")
         for name in names:
@@ -74,23 +81,67 @@ class FlowConfig(TrainConfig):
 
 
 SMOKE = FlowConfig(
-    dataset="synthetic", img_size=8, blocks=1, hidden=8, rank=2, lora_emb=8, lora_hidden=16, v_scale=0.125,
-    batch_size=8, max_steps=6, lr=1e-3, ckpt_every=3, log_every=1, ema_decay=0.9, ema_warmup=2,
-    sample_steps=10, n_samples=16, threads=1,
-)  # fmt: skip
+    dataset="synthetic",
+    img_size=8,
+    blocks=1,
+    hidden=8,
+    rank=2,
+    lora_emb=8,
+    lora_hidden=16,
+    v_scale=0.125,
+    batch_size=8,
+    max_steps=6,
+    lr=1e-3,
+    ckpt_every=3,
+    log_every=1,
+    ema_decay=0.9,
+    ema_warmup=2,
+    sample_steps=10,
+    n_samples=16,
+    threads=1,
+)
 
 CPU = FlowConfig(
-    batch_size=128, max_steps=3000, max_minutes=25.0, lr=1e-3, warmup_steps=100,
-    schedule="linear", min_lr_ratio=0.1, grad_clip=1.0, ema_decay=0.999, ema_warmup=200,
-    ckpt_every=250, log_every=25, eval_every=1000, threads=2,
-)  # fmt: skip
+    batch_size=128,
+    max_steps=3000,
+    max_minutes=25.0,
+    lr=1e-3,
+    warmup_steps=100,
+    schedule="linear",
+    min_lr_ratio=0.1,
+    grad_clip=1.0,
+    ema_decay=0.999,
+    ema_warmup=200,
+    ckpt_every=250,
+    log_every=25,
+    eval_every=1000,
+    threads=2,
+)
 
 PAPER = FlowConfig(
-    network="paper", blocks=4, hidden=16, dropout=0.1, clamp=5.0, clamp_mode="hard", rank=8,
-    lora_emb=128, lora_hidden=512, lora_depth=2, lora_activation="gelu", v_scale=1.0,
-    perceptual="auto", batch_size=256, lr=1e-4, max_steps=47_000, ema_decay=0.0,
-    ckpt_every=2350, log_every=50, eval_every=2350, sample_steps=1000, sample_method="rk4",
-)  # fmt: skip
+    network="paper",
+    blocks=4,
+    hidden=16,
+    dropout=0.1,
+    clamp=5.0,
+    clamp_mode="hard",
+    rank=8,
+    lora_emb=128,
+    lora_hidden=512,
+    lora_depth=2,
+    lora_activation="gelu",
+    v_scale=1.0,
+    perceptual="auto",
+    batch_size=256,
+    lr=1e-4,
+    max_steps=47_000,
+    ema_decay=0.0,
+    ckpt_every=2350,
+    log_every=50,
+    eval_every=2350,
+    sample_steps=1000,
+    sample_method="rk4",
+)
 
 for _name, _cfg in (("smoke", SMOKE), ("cpu", CPU), ("paper", PAPER)):
     register_preset("flow", _name, _cfg)

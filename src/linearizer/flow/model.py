@@ -112,7 +112,7 @@ class OneStepFlow(nn.Module):
         return b
 
     def invert(self, x1: Tensor, b: Tensor) -> Tensor:
-        """Noise images whose one-step sample (through ``b``) is ``x1``: ``g_noise^-1(B^-1 g_data(x1))``.
+        """Noise whose one-step sample through ``b`` is ``x1``: ``g_noise^-1(B^-1 g_data(x1))``.
 
         B is square and full rank (its identity part is 1/T), so the pseudo-inverse is the inverse;
         we use an LU solve in B's dtype instead of forming B^+ (better conditioned, cheaper).

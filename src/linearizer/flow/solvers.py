@@ -117,7 +117,8 @@ def integrate(
     """Integrate the latent flow from t = 0 for a batch of flattened latents ``z [B, D]``.
 
     ``dtype`` is the working precision (default: ``z``'s); A's factors are evaluated in the
-    operator's own dtype and cast. ``callback`` receives ``{"i", "t", "steps", "z"}`` after each step.
+    operator's own dtype and cast. ``callback`` receives ``{"i", "t", "steps", "z"}`` after
+    each step.
 
     >>> from linearizer.operators.dense import Dense
     >>> op = Dense(torch.eye(3, dtype=torch.float64) * 0.5)

@@ -57,9 +57,7 @@ class FlowTask:
             "n0": rng.randn(*shape, like=x1),
             "n1": rng.randn(*shape, like=x1),
         }
-        return flow_loss(
-            model, x1, draws, noise_level=self.cfg.noise_level, distance=self.distance
-        )
+        return flow_loss(model, x1, draws, noise_level=self.cfg.noise_level, distance=self.distance)
 
     def on_eval(self, model: OneStepFlow, step: int, run_dir: Path) -> dict[str, object]:
         cfg = self.cfg
