@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: set up, fetch MNIST, train the `cpu` preset and measure the
+# paper's claims on it (about 40 minutes on 2 CPU cores). Prints the claims table at the end.
+# Usage: bash scripts/main.sh [OUT_DIR]   (default runs/repro-cpu; on a GPU: PRESET=paper)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+OUT=${1:-runs/repro-cpu}
+PRESET=${PRESET:-cpu}
+.venv/bin/linearizer data fetch --dataset mnist
+.venv/bin/linearizer repro "$PRESET" --out "$OUT"
