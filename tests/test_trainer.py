@@ -193,3 +193,46 @@ def test_trackio_missing_is_a_clear_error(tmp_path, monkeypatch):
         make_tracker("trackio", tmp_path)
     with pytest.raises(LinearizerError, match="trackio"):
         train(ToyTask(), cfg_of("max_steps=2", "tracker=trackio"), tmp_path / "t")
+
+
+class FakeTrackio:
+    """Records the calls the tracker makes, standing in for the optional package."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def init(self, **kwargs):
+        self.calls.append(("init", kwargs["project"], kwargs["name"]))
+
+    def log(self, metrics, step=None):
+        self.calls.append(("log", step, dict(metrics)))
+
+    def Image(self, value, caption=None):  # noqa: N802 (mirrors trackio.Image)
+        return ("image", value, caption)
+
+    def finish(self):
+        self.calls.append(("finish",))
+
+
+def test_trackio_receives_scalars_images_and_summary(tmp_path, monkeypatch):
+    fake = FakeTrackio()
+    monkeypatch.setitem(sys.modules, "trackio", fake)
+    task = EvalProbe()
+    train(task, cfg_of("max_steps=4", "eval_every=2", "tracker=trackio",
+                       "tracker_project=proj"), tmp_path / "run")  # fmt: skip
+    assert fake.calls[0] == ("init", "proj", "run") and fake.calls[-1] == ("finish",)
+    logs = [c for c in fake.calls if c[0] == "log"]
+    assert {"loss", "lr", "steps_per_s"} <= set(logs[0][2]) and logs[0][1] == 2
+    grid = str(tmp_path / "run" / "grid_2.png")
+    assert ("log", 2, {"grid": ("image", grid, "grid")}) in logs
+    assert ("log", 4, {"eval/score": 1.5}) in logs
+    assert logs[-1][2]["final/step"] == 4 and "final/stopped" not in logs[-1][2]
+    assert len(read_metrics(tmp_path / "run")) > 0  # metrics.jsonl is written as well
+
+
+def test_real_trackio_stores_runs_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "store"))
+    pytest.importorskip("trackio")  # optional extra: linearizer[tracking]
+    train(ToyTask(), cfg_of("max_steps=2", "tracker=trackio", "tracker_project=lin-test"),
+          tmp_path / "run")  # fmt: skip
+    assert (tmp_path / "run" / "metrics.jsonl").is_file()
