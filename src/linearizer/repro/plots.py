@@ -1,0 +1,59 @@
+"""Small matplotlib helpers: figures without pyplot's global state, written atomically as PNG."""
+
+from __future__ import annotations
+
+import io
+import textwrap
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from ..data import grid_array
+from ..io import write_bytes
+
+
+def new_figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as PNG (cropped to its content, captions included)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return write_bytes(Path(path), buf.getvalue())
+
+
+def show_images(ax, images: Tensor | np.ndarray, nrow: int, title: str = "") -> None:
+    """Tile images (values in [0, 1]; clamped) on ``ax`` as a grey grid."""
+    arr = grid_array(images, nrow=nrow, padding=1)
+    ax.imshow(arr[..., 0] if arr.shape[-1] == 1 else arr, cmap="gray", vmin=0, vmax=255,
+              interpolation="nearest")  # fmt: skip
+    ax.set_xticks([])
+    ax.set_yticks([])
+    if title:
+        ax.set_title(title, fontsize=8)
+
+
+def noise_view(x: Tensor) -> Tensor:
+    """Noise images for display: ``0.5 + x / 6`` maps [-3, 3] (three sigma) onto [0, 1]."""
+    return (0.5 + x.float() / 6).clamp(0, 1)
+
+
+def amplified(diff: Tensor) -> tuple[Tensor, float]:
+    """``|diff|`` scaled so its maximum is white; returns the images and that maximum."""
+    a = diff.detach().abs().double()
+    top = float(a.max())
+    return ((a / top) if top > 0 else a).float(), top
+
+
+def caption(fig: Figure, text: str) -> None:
+    """Lay the subplots out, then put ``text`` under them, wrapped to the figure's width
+    (by hand: matplotlib's own wrapping re-measures every word and is slow)."""
+    fig.tight_layout()
+    width = max(40, int(fig.get_figwidth() * 15))
+    fig.text(0.01, -0.02, textwrap.fill(text, width), ha="left", va="top", fontsize=7.5)

@@ -1,0 +1,192 @@
+"""The claims table (terminal and Markdown) and REPORT.md."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import torch
+
+from .. import __version__
+from ..flow.config import FlowConfig
+from ..flow.objective import resolve_perceptual
+from .claims import THRESHOLDS
+
+COLUMNS = ("claim", "paper", "reference", "measured", "verdict", "wall s")
+
+
+def environment() -> dict[str, str]:
+    """The fields of ``linearizer info`` plus the numeric libraries the numbers depend on."""
+    import matplotlib
+    import numpy
+    import scipy
+
+    return {
+        "linearizer": __version__,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+        "matplotlib": matplotlib.__version__,
+        "threads": str(torch.get_num_threads()),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none",
+        "platform": platform.platform(),
+    }
+
+
+def rows(claims: dict[str, dict]) -> list[tuple[str, ...]]:
+    return [
+        (name, c["paper"], c["reference"], c["measured"], c["verdict"], f"{c['wall_s']:.1f}")
+        for name, c in claims.items()
+    ]
+
+
+def markdown_table(claims: dict[str, dict]) -> str:
+    def cell(s: str) -> str:
+        return s.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows(claims)]
+    return "\n".join(lines)
+
+
+def terminal_table(claims: dict[str, dict]) -> str:
+    """One block per claim: name and verdict, then the three figures."""
+    width = max(len(n) for n in claims)
+    out = []
+    for name, paper, ref, measured, verdict, wall in rows(claims):
+        out.append(f"{name:<{width}}  {verdict}  ({wall} s)")
+        out.append(f"{'':<{width}}    measured: {measured}")
+        out.append(f"{'':<{width}}    reference: {ref}   paper: {paper}")
+    return "\n".join(out)
+
+
+def deviations(cfg: FlowConfig, step: int) -> list[str]:
+    """How this run differs from the paper's MNIST setup (read from its config)."""
+    out = []
+    if cfg.network == "cpu":
+        out.append(
+            f"Invertible network: small CNN couplings ({cfg.blocks} blocks, {cfg.hidden} "
+            "channels) instead of the authors' 4-block invertible U-Net (16 channels, dropout "
+            "0.1), so that it trains on 2 CPU cores."
+        )
+    else:
+        out.append(f"Invertible network: the authors' U-Net layout, {cfg.blocks} blocks.")
+    out.append(
+        f"Operator A(t): rank {cfg.rank}, hypernetworks {cfg.lora_depth}x{cfg.lora_hidden} "
+        f"({cfg.lora_activation}) on a {cfg.lora_emb}-d time embedding; the authors: rank 8, "
+        "2x512 GELU on 128-d."
+    )
+    out.append(
+        f"Training: {step} steps of batch {cfg.batch_size} (lr {cfg.lr:g}) against the "
+        "authors' 201 epochs (about 47,000 steps of batch 256, lr 1e-4)."
+    )
+    if resolve_perceptual(cfg.perceptual) != "lpips":
+        out.append(
+            f"Loss: the two x1 reconstruction terms use pixel {resolve_perceptual(cfg.perceptual)}"
+            " instead of LPIPS (piq needs torchvision, which this project does not install)."
+        )
+    out += [
+        "FID is computed on the 84-d features of our own MNIST LeNet (FID (LeNet)), not "
+        "Inception: comparable within this project, not with Inception FIDs in papers.",
+        "Perceptual distance of the inversion: LPIPS is unavailable without piq, so SSIM and "
+        "a LeNet-feature distance stand in.",
+        "Inversion uses B^-1 of the Euler T=100 matrix (an LU solve in float64); the authors "
+        "use pinv of their T=6 'rk' matrix. Our B is square and full rank, so B^+ = B^-1.",
+        "Samplers stop one step early, at t = 1 - 1/T, as the authors' code does (the velocity "
+        "(A(t) z - z)/(1 - t) is singular at t = 1).",
+        "The paper's numbers are second-hand (summaries of arXiv v1); the reference numbers are "
+        "the reduced-scale reproduction quoted in issue 4. See "
+        "../shared/research/paper-notes.md sections 2 and 7.",
+    ]
+    if cfg.dataset != "mnist":
+        out.append(
+            f"Dataset: {cfg.dataset}, not MNIST; FID (LeNet) and classifier statistics are "
+            "meaningless on it (images are resized to 32x32 for the LeNet)."
+        )
+    return out
+
+
+FIGURES = {
+    "collapse.png": "one-step vs multi-step samples and their differences",
+    "inversion.png": "test image -> inverted noise -> one-step reconstruction, and the error",
+    "interpolation.png": "interpolation between two test images: noise space, induced space, "
+    "pixels",
+    "samples.png": "one-step samples at T=100 and T=1000 beside test images",
+    "spectrum.png": "singular spectrum of B (Euler T=100 and T=1000, RK4, authors' rk)",
+    "svd_directions.png": "top induced singular directions of the one-step generator",
+    "training_curves.png": "loss terms and learning rate from metrics.jsonl",
+}
+
+
+def render_report(results: dict) -> str:
+    claims = results["claims"]
+    cfg = FlowConfig.from_dict(results["config"])
+    opts = results["options"]
+    env = results["environment"]
+    lines = [
+        '# Reproduction of "Who Said Neural Networks Aren\'t Linear?" (one-step flow matching)',
+        "",
+        f"Run: `{results['run']}` (step {results['step']}, dataset {cfg.dataset}, "
+        f"{'EMA' if results.get('ema') else 'raw'} weights). Generated by `linearizer repro`; "
+        f"total wall time {results['wall_s']:.0f} s"
+        + (f" (training {results['train_s']:.0f} s)" if results.get("train_s") else "")
+        + ".",
+        "",
+        "## Claims",
+        "",
+        markdown_table(claims),
+        "",
+        f"Sizes: {opts['n']} pairs/samples/images for the exactness checks (networks in "
+        f"float64), {claims['generation']['samples']} samples per FID set, "
+        f"{claims['invertibility']['images']} test images for invertibility"
+        + (" (quick mode)" if opts["quick"] else "")
+        + ".",
+        "",
+        "## Thresholds",
+        "",
+    ]
+    lines += [f"- `{k}`: {v:g}" for k, v in THRESHOLDS.items()]
+    lines += ["", "## Details", ""]
+    for name, c in claims.items():
+        lines.append(f"### {name}: {c['title']}")
+        lines.append("")
+        lines.append(f"- verdict: **{c['verdict']}** (rule: {c['threshold']})")
+        if "how" in c:
+            lines.append(f"- how: {c['how']}")
+        for key, value in c.items():
+            if key in ("title", "paper", "reference", "measured", "threshold", "verdict",
+                       "how", "sets", "passed"):  # fmt: skip
+                continue
+            lines.append(f"- {key}: {_fmt(value)}")
+        if "sets" in c:
+            lines += ["", "| sample set | FID (LeNet) | KID (LeNet) | mean max-softmax | "
+                      "class histogram |", "|---|---|---|---|---|"]  # fmt: skip
+            for set_name, s in c["sets"].items():
+                cl = s["classifier"]
+                lines.append(
+                    f"| {set_name} | {s['fid_lenet']:.4f} | {s['kid_lenet']:.2e} | "
+                    f"{cl['mean_max_prob']:.3f} | {cl['class_histogram']} |"
+                )
+        lines.append("")
+    lines += ["## Deviations from the paper", ""]
+    lines += [f"- {d}" for d in deviations(cfg, results["step"])]
+    lines += ["", "## Figures", ""]
+    for name, path in results["figures"].items():
+        lines.append(f"- [{Path(path).name}]({path}): {FIGURES.get(Path(path).name, name)}")
+    lines += ["", "## Commands", "", "```"]
+    lines += results["commands"]
+    lines += ["```", "", "## Versions", ""]
+    lines += [f"- {k}: {v}" for k, v in env.items()]
+    lines += ["", "## Wall time", ""]
+    lines += [f"- {k}: {v:.1f} s" for k, v in results["timings"].items()]
+    lines.append(f"- total: {results['wall_s']:.1f} s")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if value is None:
+        return "-"
+    return str(value)

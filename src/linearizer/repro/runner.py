@@ -1,0 +1,204 @@
+"""``run_repro``: train (or load) a one-step flow model, measure every claim, write the outputs.
+
+Outputs in ``out``: ``figures/*.png``, ``REPORT.md`` and, last, ``results.json`` (all written
+atomically). A stale ``results.json``/``REPORT.md`` is removed first, so an interrupted run never
+leaves results that do not match the figures beside them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..errors import LinearizerError
+from ..io import read_json, write_json, write_text
+from ..training.checkpoint import latest_checkpoint
+from ..training.config import preset_names
+from . import figures as figs
+from .claims import CLAIMS, claim_generation
+from .common import Context, ReproOptions
+from .report import environment, render_report, terminal_table
+from .svd import induced_svd, render_svd
+
+Log = Callable[[str], None]
+
+
+def locate(target: str, out: Path) -> tuple[Path, str | None]:
+    """``(run folder, preset or None)``: an existing folder is a run; a preset name trains into
+    ``out/run``. Anything else is one clear error."""
+    path = Path(target)
+    if path.exists():
+        check_flow_run(path)
+        return path, None
+    presets = preset_names("flow")
+    if target in presets:
+        return out / "run", target
+    raise LinearizerError(
+        f"{target!r} is neither a run folder nor a flow preset ({', '.join(presets)})"
+    )
+
+
+def check_flow_run(run: Path) -> None:
+    """Raise a one-line error unless ``run`` is a flow run folder with a usable checkpoint."""
+    from ..flow.task import run_config
+
+    if not run.is_dir():
+        raise LinearizerError(f"{run} is not a run folder")
+    if not (run / "config.json").is_file():
+        raise LinearizerError(f"{run} is not a flow run folder (no config.json)")
+    run_config(run)  # refuses other kinds and configs that are not flow configs
+    if latest_checkpoint(run) is None:
+        raise LinearizerError(f"{run} holds no usable checkpoint (train it first)")
+
+
+def train_preset(preset: str, run: Path, log: Log) -> float:
+    """Train ``preset`` into ``run`` (resuming an unfinished one); returns the seconds spent."""
+    from ..flow.config import FlowConfig
+    from ..flow.task import FlowTask
+    from ..training.config import resolve
+    from ..training.trainer import resume_config, train
+
+    start = time.perf_counter()
+    status = read_json(run / "run.json") if (run / "run.json").is_file() else {}
+    if latest_checkpoint(run) is not None:
+        if status.get("status") in ("finished", "stopped"):
+            log(f"[repro] {run} is already trained ({status.get('status')} at step "
+                f"{status.get('step')}); evaluating it")  # fmt: skip
+            return 0.0
+        log(f"[repro] resuming the unfinished run {run}")
+        train(FlowTask(), resume_config(run, FlowConfig), run, resume=True)
+    else:
+        log(f"[repro] training preset {preset!r} into {run}")
+        train(FlowTask(), resolve("flow", preset), run)
+    return time.perf_counter() - start
+
+
+def _timed(timings: dict[str, float], name: str, log: Log, fn, *args):
+    log(f"[repro] {name} ...")
+    start = time.perf_counter()
+    value = fn(*args)
+    timings[name] = time.perf_counter() - start
+    log(f"[repro] {name} done in {timings[name]:.1f} s")
+    return value
+
+
+def run_repro(
+    target: str,
+    out: str | Path,
+    opts: ReproOptions | None = None,
+    *,
+    no_train: bool = False,
+    dry_run: bool = False,
+    device: str = "cpu",
+    command: str = "",
+    log: Log = print,
+) -> dict | None:
+    """Measure the paper's claims on ``target`` (a flow run folder or a preset name).
+
+    Returns the results dict (None for ``dry_run``). ``no_train`` refuses to train: a preset
+    then needs an existing ``out/run``.
+    """
+    out = Path(out)
+    opts = (opts or ReproOptions()).resolved()
+    run, preset = locate(target, out)
+    if preset and no_train:
+        check_flow_run(run)
+    if dry_run:
+        action = f"train preset {preset!r} into {run}, then " if preset else ""
+        log(f"[repro] would {action}evaluate {run} into {out} with {opts.to_dict()}")
+        return None
+    start = time.perf_counter()
+    for stale in ("results.json", "REPORT.md"):
+        (out / stale).unlink(missing_ok=True)
+    train_s = train_preset(preset, run, log) if preset else 0.0
+    check_flow_run(run)
+
+    from ..flow.task import load_flow_run, load_images
+
+    model, cfg, step = load_flow_run(run)
+    ema = _has_ema(run)
+    ctx = Context(model, cfg, step, run, opts, load_images(cfg, "test"), device)
+    timings: dict[str, float] = {}
+    claims: dict[str, dict] = {}
+    with torch.no_grad():
+        for name, fn in CLAIMS.items():
+            if fn is claim_generation:
+                train_images = load_images(cfg, "train")[0]
+                result = _timed(timings, name, log, fn, ctx, train_images)
+            else:
+                result = _timed(timings, name, log, fn, ctx)
+            result["wall_s"] = timings[name]
+            claims[name] = result
+            log(f"[repro] {name}: {result['measured']} -> {result['verdict']}")
+        figures = _timed(timings, "figures", log, _figures, ctx, out / "figures")
+    results = {
+        "format": "linearizer.repro/1",
+        "run": str(run),
+        "step": step,
+        "ema": ema,
+        "config": cfg.to_dict(),
+        "options": opts.to_dict(),
+        "environment": environment(),
+        "claims": claims,
+        "figures": {k: str(Path(v).relative_to(out)) for k, v in figures.items()},
+        "timings": timings,
+        "train_s": train_s,
+        "commands": _commands(command, target, run, preset, out),
+        "wall_s": time.perf_counter() - start,
+    }
+    write_text(out / "REPORT.md", render_report(results))
+    write_json(out / "results.json", results)  # last: its presence means the run completed
+    log("")
+    log(f"claims of {run} (step {step}); results in {out}/results.json, report {out}/REPORT.md")
+    log(terminal_table(claims))
+    log(f"total wall time {results['wall_s']:.0f} s")
+    return results
+
+
+def _figures(ctx: Context, folder: Path) -> dict[str, Path]:
+    paths = {
+        "collapse": figs.collapse_figure(ctx, folder / "collapse.png"),
+        "inversion": figs.inversion_figure(ctx, folder / "inversion.png"),
+        "interpolation": figs.interpolation_figure(ctx, folder / "interpolation.png"),
+        "samples": figs.samples_figure(ctx, folder / "samples.png"),
+    }
+    s, sl = ctx.opts.steps, ctx.opts.long_steps
+    extra = {
+        f"euler T={sl}": torch.linalg.svdvals(ctx.B(sl, "euler")).cpu(),
+        f"rk4 T={s}": torch.linalg.svdvals(ctx.B(s, "rk4")).cpu(),
+        f"authors' rk T={s}": torch.linalg.svdvals(ctx.B(s, "rk4-authors")).cpu(),
+    }
+    result = induced_svd(ctx.model, steps=s, method="euler", k=min(ctx.opts.svd_k, ctx.model.dim),
+                         seed=ctx.opts.seed)  # fmt: skip
+    svd = render_svd(result, folder, extra)
+    paths["spectrum"], paths["svd_directions"] = svd["spectrum"], svd["directions"]
+    curves = figs.training_figure(ctx.run_dir, folder / "training_curves.png")
+    if curves is not None:
+        paths["training_curves"] = curves
+    return paths
+
+
+def _has_ema(run: Path) -> bool:
+    path = latest_checkpoint(run)
+    meta = path.with_suffix(".json") if path is not None else None
+    if meta is None or not meta.is_file():
+        return False
+    info = read_json(meta)
+    return bool(info.get("has_ema") or info.get("ema"))
+
+
+def _commands(command: str, target: str, run: Path, preset: str | None, out: Path) -> list[str]:
+    lines = []
+    if preset:
+        lines.append(f"linearizer repro {preset} --out {out}   # trains into {run}, then evaluates")
+    else:
+        cfg = read_json(run / "config.json")
+        lines.append(f"# the run was trained with its config.json (seed {cfg.get('seed')}):")
+        lines.append(f"linearizer train flow --preset <preset> --out {run}")
+        lines.append(f"linearizer repro {run} --out {out}")
+    if command:
+        lines.append(f"# this report: {command}")
+    return lines

@@ -1,0 +1,169 @@
+"""The singular value decomposition of the one-step generator, rendered as figures.
+
+The generator is the Linearizer ``f = L(g_noise, B, g_data)``. With ``B = U S V^T`` its induced
+singular vectors are ``g_noise^-1(v_i)`` (inputs, noise images) and ``g_data^-1(u_i)`` (outputs,
+images), and ``f(g_noise^-1(s v_i)) = g_data^-1(sigma_i s u_i)``.
+
+Unit latent vectors decode to almost ``g^-1(0)``, because typical latents are much longer (about
+``sqrt(D)`` for noise). So each direction is drawn at a typical latent length: inputs at
+``s0 = median |g_noise(x0)|`` over Gaussian noise ``x0``, outputs at ``s1 = median |B g_noise(x0)|``
+(the typical length of a generated data latent).
+
+>>> # doctest: +SKIP
+>>> result = induced_svd(model, steps=100, method="euler", k=16)
+>>> render_svd(result, "out/")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..errors import LinearizerError
+from ..flow.model import DATA, NOISE, OneStepFlow
+from ..io import write_json
+from .plots import caption, new_figure, noise_view, save_figure, show_images
+
+F64 = torch.float64
+
+
+@dataclass
+class GeneratorSVD:
+    """Singular values (all, descending) and the top-k induced singular directions as images."""
+
+    steps: int
+    method: str
+    sigma: Tensor
+    scale_noise: float
+    scale_data: float
+    right: Tensor  # g_noise^-1(s0 v_i)            [k, C, H, W]
+    left_pos: Tensor  # g_data^-1(+s1 u_i)
+    left_neg: Tensor  # g_data^-1(-s1 u_i)
+    mapped: Tensor  # f(right_i) = g_data^-1(sigma_i s0 u_i)
+    zero_noise: Tensor  # g_noise^-1(0)                 [1, C, H, W]
+    zero_data: Tensor  # g_data^-1(0)
+
+    @property
+    def k(self) -> int:
+        return len(self.right)
+
+    @property
+    def cond(self) -> float:
+        return float(self.sigma[0] / self.sigma[-1])
+
+
+@torch.no_grad()
+def induced_svd(
+    model: OneStepFlow,
+    steps: int = 100,
+    method: str = "euler",
+    k: int = 16,
+    n_scale: int = 256,
+    seed: int = 0,
+) -> GeneratorSVD:
+    """SVD of ``model``'s one-step matrix (float64) and its top-``k`` directions as images."""
+    from ..algebra import Linearizer
+    from ..invertible.base import Conditioned
+    from ..operators.dense import Dense
+
+    if not 1 <= k <= model.dim:
+        raise LinearizerError(f"k must be in 1..{model.dim}, got {k}")
+    param = next(model.parameters())
+    b = model.one_step_matrix(steps=steps, method=method, dtype=F64)
+    shape = model.image_shape  # the network's latent has the image's shape
+    f = Linearizer(Conditioned(model.net, NOISE), Dense(b, trainable=False),
+                   Conditioned(model.net, DATA), shape, x_latent_shape=shape,
+                   check_finite=False)  # fmt: skip
+    svd = f.svd(k)
+    sigma = torch.linalg.svdvals(b)
+    gen = torch.Generator().manual_seed(seed)
+    x0 = torch.randn(n_scale, *model.image_shape, generator=gen).to(param)
+    z0 = model.encode(x0, NOISE).to(F64)
+    s0 = float(z0.norm(dim=1).median())
+    s1 = float((z0 @ b.T).norm(dim=1).median())
+    u, v = svd.U_lat.T, svd.V_lat.T  # [k, D], unit rows
+
+    def dec(z: Tensor, flag: float) -> Tensor:
+        return model.decode(z.to(param), flag).cpu()
+
+    zero = torch.zeros(1, model.dim, dtype=F64, device=param.device)
+    return GeneratorSVD(
+        steps=steps, method=method, sigma=sigma.cpu(), scale_noise=s0, scale_data=s1,
+        right=dec(s0 * v, NOISE), left_pos=dec(s1 * u, DATA), left_neg=dec(-s1 * u, DATA),
+        mapped=dec((svd.S[:, None] * s0) * u, DATA),
+        zero_noise=dec(zero, NOISE), zero_data=dec(zero, DATA),
+    )  # fmt: skip
+
+
+def plot_spectrum(spectra: dict[str, Tensor], path: str | Path, steps: int | None = None) -> Path:
+    """Singular values of one or more one-step matrices on a log scale."""
+    fig = new_figure(6.4, 3.6)
+    ax = fig.add_subplot(1, 1, 1)
+    for label, s in spectra.items():
+        s = s.double()
+        ax.semilogy(range(1, len(s) + 1), s.numpy(),
+                    label=f"{label} (cond {float(s[0] / s[-1]):.3g})")  # fmt: skip
+    if steps:
+        ax.axhline(1.0 / steps, color="grey", ls=":", lw=1, label=f"1/T = {1 / steps:g}")
+    ax.set_xlabel("index i")
+    ax.set_ylabel("singular value sigma_i of B")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    caption(fig, "Singular spectrum of the collapsed one-step matrix B (z1 = B z0, float64). "
+            "The Euler B is (1/T) I plus terms through the low-rank A(t): a few large singular "
+            "values carry the generated content, the rest sit near 1/T.")  # fmt: skip
+    return save_figure(fig, path)
+
+
+def plot_directions(result: GeneratorSVD, path: str | Path) -> Path:
+    """The top-k induced singular directions: inputs, outputs (both signs) and f(inputs)."""
+    rows = [
+        ("noise: g_noise^-1(s0 v_i)", noise_view(torch.cat([result.zero_noise, result.right]))),
+        ("image: g_data^-1(+s1 u_i)", torch.cat([result.zero_data, result.left_pos])),
+        ("image: g_data^-1(-s1 u_i)", torch.cat([result.zero_data, result.left_neg])),
+        ("f(noise_i) = g_data^-1(sigma_i s0 u_i)", torch.cat([result.zero_data, result.mapped])),
+    ]
+    k = result.k
+    fig = new_figure(max(6.0, 0.55 * (k + 1)), 4.6)
+    for r, (label, images) in enumerate(rows):
+        ax = fig.add_subplot(len(rows), 1, r + 1)
+        show_images(ax, images, nrow=k + 1)
+        ax.set_ylabel(label, fontsize=6.5, rotation=0, ha="right", va="center")
+    sig = ", ".join(f"{float(s):.3g}" for s in result.sigma[: min(k, 6)])
+    caption(fig, (
+        f"Top-{k} induced singular directions of the one-step generator f = L(g_noise, B, g_data), "
+        f"B = {result.method} T={result.steps}. Column 0 is the zero vector g^-1(0) of each "
+        f"induced space; column i is direction i (sigma = {sig}, ...). Directions are decoded at a "
+        f"typical latent length, not unit length (a unit latent decodes to almost g^-1(0)): "
+        f"s0 = {result.scale_noise:.3g} = median |g_noise(x0)| over N(0, I) noise, s1 = "
+        f"{result.scale_data:.3g} = median |B g_noise(x0)| (a generated data latent). Noise images "
+        f"are shown as 0.5 + x/6. The sign of each u_i is arbitrary, so both signs are shown; "
+        f"the last row is what the generator makes from the inputs in the first row."
+    ))  # fmt: skip
+    return save_figure(fig, path)
+
+
+def render_svd(
+    result: GeneratorSVD, out_dir: str | Path, extra: dict[str, Tensor] | None = None
+) -> dict[str, Path]:
+    """Write ``spectrum.png``, ``svd_directions.png`` and ``svd.json`` into ``out_dir``."""
+    out = Path(out_dir)
+    label = f"{result.method} T={result.steps}"
+    spectra = {label: result.sigma, **(extra or {})}
+    paths = {
+        "spectrum": plot_spectrum(
+            spectra, out / "spectrum.png", result.steps if result.method == "euler" else None
+        ),  # fmt: skip
+        "directions": plot_directions(result, out / "svd_directions.png"),
+    }
+    paths["json"] = write_json(out / "svd.json", {
+        "steps": result.steps, "method": result.method, "k": result.k, "cond": result.cond,
+        "scale_noise": result.scale_noise, "scale_data": result.scale_data,
+        "sigma_top": [float(s) for s in result.sigma[: result.k]],
+        "sigma_min": float(result.sigma[-1]),
+        "spectra": {k: [float(s) for s in v] for k, v in spectra.items()},
+    })  # fmt: skip
+    return paths

@@ -1,0 +1,124 @@
+"""``linearizer repro`` and ``linearizer svd`` end to end on a smoke run trained in the test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from linearizer.cli.main import main
+from linearizer.flow.task import FlowTask
+from linearizer.io import write_json
+from linearizer.repro import claims as claims_module
+from linearizer.training.config import resolve
+from linearizer.training.trainer import train
+
+QUICK = ["--quick", "--n", "4", "--fid-n", "48", "--long-steps", "12", "--steps", "10"]
+FIGURES = ["collapse", "inversion", "interpolation", "samples", "spectrum", "svd_directions",
+           "training_curves"]  # fmt: skip
+REQUIRED = {
+    "linearity": ["max_rel_err", "max_rel_err_float64"],
+    "collapse_euler": ["psnr_db", "psnr_db_float32", "latent_rel_err", "fid_lenet_between"],
+    "collapse_rk4": ["psnr_db", "psnr_db_float32"],
+    "collapse_rk4_authors": ["psnr_db", "mse"],
+    "inversion": ["psnr_db", "cond_B", "ssim"],
+    "invertibility": ["max_abs_err"],
+    "generation": ["fid_lenet_one_step", "fid_lenet_multi_step", "kid_lenet_one_step"],
+    "composition": ["max_rel_err", "max_rel_err_float64"],
+}
+EXACT = ["linearity", "collapse_euler", "collapse_rk4", "inversion", "invertibility",
+         "composition", "generation"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("repro") / "run"
+    train(FlowTask(), resolve("flow", "smoke", ["progress=false"]), run)
+    return run
+
+
+@pytest.fixture(scope="module")
+def repro_out(smoke_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("repro-out")
+    assert main(["repro", str(smoke_run), "--out", str(out), *QUICK]) == 0
+    return out
+
+
+def test_results_hold_every_claim_with_a_verdict(repro_out):
+    results = json.loads((repro_out / "results.json").read_text())
+    claims = results["claims"]
+    assert set(REQUIRED) <= set(claims)
+    for name, keys in REQUIRED.items():
+        for key in keys:
+            assert key in claims[name], f"{name}.{key} missing"
+        for field in ("verdict", "paper", "reference", "measured", "threshold", "wall_s"):
+            assert field in claims[name], f"{name}.{field} missing"
+        assert isinstance(claims[name]["verdict"], str) and claims[name]["verdict"]
+    # a trained-for-6-steps model still satisfies every exactness claim
+    for name in EXACT:
+        assert claims[name]["passed"] is True, (name, claims[name]["verdict"])
+    assert claims["linearity"]["max_rel_err_float64"] < 1e-9
+    psnr64 = claims["collapse_euler"]["psnr_db"]
+    assert psnr64 is None or psnr64 >= 120
+    assert results["options"]["quick"] is True
+    assert results["wall_s"] > 0 and "environment" in results
+
+
+def test_figures_and_report_are_written(repro_out):
+    results = json.loads((repro_out / "results.json").read_text())
+    for name in FIGURES:
+        path = repro_out / results["figures"][name]
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    report = (repro_out / "REPORT.md").read_text()
+    assert "| claim | paper | reference | measured | verdict | wall s |" in report
+    assert "collapse_rk4_authors" in report and "## Deviations from the paper" in report
+
+
+def test_missing_and_foreign_folders_fail_with_one_line(tmp_path, capsys):
+    out = str(tmp_path / "out")
+    assert main(["repro", str(tmp_path / "missing"), "--out", out]) == 2
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("not a run")
+    assert main(["repro", str(foreign), "--out", out]) == 2
+    other = tmp_path / "other-kind"
+    write_json(other / "config.json", {"seed": 0})
+    write_json(other / "run.json", {"kind": "projective", "status": "finished"})
+    assert main(["repro", str(other), "--out", out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("linearizer: error: ") for line in err)
+    assert "neither a run folder nor a flow preset" in err[0]
+    assert "no config.json" in err[1] and "projective" in err[2]
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_preset_dry_run_and_no_train(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["repro", "smoke", "--out", str(out), "--dry-run"]) == 0
+    assert "train preset 'smoke'" in capsys.readouterr().out
+    assert not out.exists()
+    assert main(["repro", "smoke", "--out", str(out), "--no-train"]) == 2
+
+
+def test_interrupted_repro_leaves_no_results(smoke_run, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    write_json(out / "results.json", {"stale": True})
+
+    def boom(ctx):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(claims_module.CLAIMS, "linearity", boom)
+    assert main(["repro", str(smoke_run), "--out", str(out), *QUICK]) == 130
+    assert not (out / "results.json").exists()
+    assert not list(out.glob(".results.json.*"))
+
+
+def test_svd_command(smoke_run, tmp_path, capsys):
+    out = tmp_path / "svd"
+    assert main(["svd", str(smoke_run), "--steps", "10", "--k", "4", "--out", str(out)]) == 0
+    assert "cond" in capsys.readouterr().out
+    info = json.loads((out / "svd.json").read_text())
+    assert len(info["sigma_top"]) == 4
+    assert info["sigma_top"] == sorted(info["sigma_top"], reverse=True)
+    for name in ("spectrum.png", "svd_directions.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
