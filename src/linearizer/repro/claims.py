@@ -18,7 +18,14 @@ from torch import Tensor
 
 from ..algebra import Linearizer
 from ..invertible.base import Conditioned
-from ..metrics import classifier_stats, fid_from_features, kid_from_features, psnr, ssim
+from ..metrics import (
+    classifier_stats,
+    fid_from_features,
+    inception_fid,
+    kid_from_features,
+    psnr,
+    ssim,
+)
 from ..operators.dense import Dense
 from .common import DATA, F64, NOISE, Context, db, finite, max_abs_err, max_rel_err, sci
 
@@ -355,6 +362,11 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
             }
             if one:
                 ctx.keep[f"samples_t{steps}"] = img[:64]
+                if steps == ctx.opts.steps:
+                    ctx.keep[f"inception_input_t{steps}"] = ctx.for_lenet(img)
+    # Inception FID only where pytorch-fid/torch-fidelity and their weights are installed
+    first = ctx.keep.pop(f"inception_input_t{ctx.opts.steps}")
+    inception, inception_note = inception_fid(first, ctx.for_lenet(real), device=str(ctx.device))
     floor = None
     if train_images is not None:
         floor = fid_from_features(ctx.features(train_images[:n]), real_f)
@@ -386,6 +398,8 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
         f"fid_lenet_one_step_t{tl}": one_l,
         f"fid_lenet_multi_step_t{tl}": multi_l,
         "fid_lenet_train_vs_test": floor,
+        "inception_fid_one_step": inception,
+        "inception_fid_note": inception_note,
         "kid_lenet_one_step": sets[f"one_step_t{t}"]["kid_lenet"],
         "mean_max_prob_one_step": sets[f"one_step_t{t}"]["classifier"]["mean_max_prob"],
         "samples": n,

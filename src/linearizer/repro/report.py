@@ -173,7 +173,8 @@ def render_report(results: dict) -> str:
     lines += [f"- {d}" for d in deviations(cfg, results["step"])]
     lines += ["", "## Figures", ""]
     for name, path in results["figures"].items():
-        lines.append(f"- [{Path(path).name}]({path}): {FIGURES.get(Path(path).name, name)}")
+        lines += [f"**{Path(path).name}**: {FIGURES.get(Path(path).name, name)}", "",
+                  f"![{name}]({path})", ""]  # fmt: skip
     lines += ["", "## Commands", "", "```"]
     lines += results["commands"]
     lines += ["```", "", "## Versions", ""]

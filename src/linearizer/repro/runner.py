@@ -195,10 +195,32 @@ def _commands(command: str, target: str, run: Path, preset: str | None, out: Pat
     if preset:
         lines.append(f"linearizer repro {preset} --out {out}   # trains into {run}, then evaluates")
     else:
-        cfg = read_json(run / "config.json")
-        lines.append(f"# the run was trained with its config.json (seed {cfg.get('seed')}):")
-        lines.append(f"linearizer train flow --preset <preset> --out {run}")
+        lines.append(f"{train_command(read_json(run / 'config.json'), run)}   # how {run} was made")
         lines.append(f"linearizer repro {run} --out {out}")
     if command:
         lines.append(f"# this report: {command}")
     return lines
+
+
+def train_command(saved: dict, run: Path) -> str:
+    """The ``train flow`` command that recreates a run's config: the closest preset plus
+    ``--set`` for every key that differs from it."""
+    from ..training.config import get_preset
+
+    best: tuple[int, str, list[str]] | None = None
+    for name in preset_names("flow"):
+        ref = get_preset("flow", name).to_dict()
+        diff = [f"{k}={_cli_value(v)}" for k, v in saved.items() if ref.get(k) != v]
+        if best is None or len(diff) < best[0]:
+            best = (len(diff), name, diff)
+    _, name, diff = best
+    sets = "".join(f" --set {d}" for d in diff)
+    return f"linearizer train flow --preset {name}{sets} --out {run}"
+
+
+def _cli_value(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
