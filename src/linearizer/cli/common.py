@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,8 @@ def run_training(kind: str, task: Any, args: argparse.Namespace) -> int:
         print(cfg.to_json())
         return 0
     result = train(task, cfg, run, resume=bool(args.resume))
+    if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
+        return 0
     print(
         f"{kind} run {run}: step {result.step}, {result.seconds:.0f} s, stopped at {result.stopped}"
     )
