@@ -1,0 +1,168 @@
+"""One-step flow matching end to end on the smoke preset: training, exact collapse, inversion,
+the sampling commands and their bad-input paths."""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from linearizer.cli.main import main
+from linearizer.errors import LinearizerError
+from linearizer.flow.edit import round_trip
+from linearizer.flow.model import DATA, NOISE
+from linearizer.flow.objective import draw_noise, flow_loss
+from linearizer.flow.task import FlowTask, load_flow_run
+from linearizer.training.config import resolve
+from linearizer.training.trainer import train
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("flow") / "run"
+    train(FlowTask(), resolve("flow", "smoke", ["max_steps=8", "progress=false"]), folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model64(run):
+    model, _, _ = load_flow_run(run)
+    return copy.deepcopy(model).double()
+
+
+def psnr(a, b):
+    mse = (a - b).pow(2).mean().item()
+    return math.inf if mse == 0 else -10 * math.log10(mse)
+
+
+@pytest.mark.parametrize("method", ["euler", "rk4", "rk4-authors"])
+def test_one_step_equals_multi_step_float64(model64, method):
+    x0 = torch.randn(16, *model64.image_shape, dtype=torch.float64)
+    with torch.no_grad():
+        one = model64.sample(x0, steps=100, method=method)
+        multi = model64.sample(x0, steps=100, method=method, one_step=False)
+    assert psnr(one, multi) >= 120
+
+
+def test_authors_rk_matrix_misses_true_rk4(model64):
+    x0 = torch.randn(16, *model64.image_shape, dtype=torch.float64)
+    with torch.no_grad():
+        authors = model64.sample(x0, steps=100, method="rk4-authors")
+        rk4 = model64.sample(x0, steps=100, method="rk4", one_step=False)
+    assert 0 < (authors - rk4).abs().max() and psnr(authors, rk4) < 120
+
+
+def test_inversion_round_trip_float64(model64):
+    x1 = torch.rand(6, *model64.image_shape, dtype=torch.float64)
+    with torch.no_grad():
+        b = model64.one_step_matrix(steps=100)
+        _, back = round_trip(model64, x1, b)
+    assert psnr(back, x1) >= 90
+
+
+def test_one_step_matrix_is_cached_until_weights_change(run):
+    model, _, _ = load_flow_run(run)
+    b1 = model.one_step_matrix(steps=20)
+    assert model.one_step_matrix(steps=20) is b1
+    with torch.no_grad():
+        next(model.op.parameters()).add_(0.01)
+    assert not torch.equal(model.one_step_matrix(steps=20), b1)
+
+
+def test_loss_uses_exact_inverses_with_dropout_in_train_mode(run):
+    model, cfg, _ = load_flow_run(run)
+    model = copy.deepcopy(model).double().train()
+    x1 = torch.rand(4, *model.image_shape, dtype=torch.float64)
+    loss, logs = flow_loss(model, x1, draw_noise(x1, torch.Generator().manual_seed(0)))
+    loss.backward()
+    assert math.isfinite(loss.item()) and set(logs) == {"latent", "x0_rec", "x1_rec", "x1_pred_rec"}
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    z = model.encode(x1, DATA)
+    assert torch.allclose(model.decode(z, DATA), x1, atol=1e-12)
+    assert not torch.allclose(model.encode(x1, NOISE), z)
+
+
+def test_sample_command_writes_npz_and_grid(run, tmp_path):
+    assert main(["sample", str(run), "--out", str(tmp_path), "--n", "5", "--steps", "10"]) == 0
+    with np.load(tmp_path / "samples.npz") as z:
+        assert z["samples"].shape == (5, 1, 8, 8) and z["samples"].dtype == np.float32
+    assert (tmp_path / "samples.png").stat().st_size > 0
+
+
+def test_given_noise_reproduces_seeded_samples(run, tmp_path):
+    noise = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    np.save(tmp_path / "noise.npy", noise.numpy())
+    main(["sample", str(run), "--out", str(tmp_path / "a"), "--noise", str(tmp_path / "noise.npy")])
+    main(["sample", str(run), "--out", str(tmp_path / "b"), "--n", "3", "--seed", "0"])
+    a = np.load(tmp_path / "a" / "samples.npz")["samples"]
+    b = np.load(tmp_path / "b" / "samples.npz")["samples"]
+    assert np.array_equal(a, b)
+
+
+def test_invert_and_interpolate_commands(run, tmp_path):
+    x = np.random.default_rng(0).random((2, 1, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert (
+        main(["invert", str(run), "--images", str(tmp_path / "x.npy"), "--out", str(tmp_path)]) == 0
+    )
+    assert (tmp_path / "inversion.png").is_file()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["sample", "{missing}", "--out", "{tmp}"], "no such run folder"),
+        (["sample", "{run}", "--out", "{tmp}", "--method", "heun"], None),
+        (["sample", "{run}", "--out", "{tmp}", "--noise", "{bad_noise}"], "noise"),
+        (["sample", "{run}", "--out", "{tmp}", "--noise", "{nan_noise}"], "NaN"),
+        (["invert", "{run}", "--out", "{tmp}", "--images", "{bad_noise}"], "shape"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(run, tmp_path, capsys, argv, message):
+    np.save(tmp_path / "bad.npy", np.zeros((2, 1, 5, 5), np.float32))
+    nan = np.zeros((2, 1, 8, 8), np.float32)
+    nan[0, 0, 0, 0] = np.nan
+    np.save(tmp_path / "nan.npy", nan)
+    fill = {
+        "missing": str(tmp_path / "nope"),
+        "tmp": str(tmp_path / "o"),
+        "run": str(run),
+        "bad_noise": str(tmp_path / "bad.npy"),
+        "nan_noise": str(tmp_path / "nan.npy"),
+    }
+    args = [a.format(**fill) for a in argv]
+    with pytest.raises(SystemExit) if message is None else _no_raise():
+        code = main(args)
+        assert code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0]
+
+
+class _no_raise:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_checkpoint_of_another_model_is_refused(run, tmp_path):
+    other = tmp_path / "other"
+    train(
+        FlowTask(), resolve("flow", "smoke", ["max_steps=2", "hidden=4", "progress=false"]), other
+    )
+    (other / "config.json").write_text((run / "config.json").read_text())
+    with pytest.raises(LinearizerError, match="do not fit|architecture|signature"):
+        load_flow_run(other)
+
+
+def test_unknown_config_key_and_nan_loss_stop_cleanly(tmp_path, capsys):
+    assert main(["train", "flow", "--preset", "smoke", "--set", "nosuch=1", "--dry-run"]) == 2
+    assert "unknown config key 'nosuch'" in capsys.readouterr().err
+    folder = tmp_path / "nan"
+    code = main(["train", "flow", "--preset", "smoke", "--out", str(folder),
+                 "--set", "lr=1e30", "--set", "max_steps=30", "--set", "ckpt_every=1",
+                 "--set", "progress=false"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "non-finite" in err.lower()
