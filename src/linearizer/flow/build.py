@@ -43,4 +43,6 @@ def build_flow(cfg: FlowConfig, channels: int = 1) -> OneStepFlow:
         activation=cfg.lora_activation,
         v_scale=cfg.v_scale,
     )
-    return OneStepFlow(net, op, (channels, cfg.img_size, cfg.img_size))
+    model = OneStepFlow(net, op, (channels, cfg.img_size, cfg.img_size))
+    model.memory_saving = cfg.memory_saving
+    return model

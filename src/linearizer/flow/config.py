@@ -40,6 +40,9 @@ class FlowConfig(TrainConfig):
         None, "paper network: U-Net resolutions with self-attention (none = the top one)"
     )
     dropout: float = option(0.0, "conditioner dropout (masks shared with the inverse pass)")
+    memory_saving: bool = option(
+        False, "recompute g's activations from its exact inverse in backprop (less memory)"
+    )
     clamp: float = option(2.0, "log-scale clamp of the couplings")
     clamp_mode: Literal["soft", "hard"] = option("soft", "soft: c*tanh(l/c); hard: clip")
     rank: int = option(8, "rank r of A(t) = U(t) V(t)^T")

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import LinearizerError
+from ..invertible import memsave
 from ..invertible.base import Conditioned, as_cond
 from ..operators.base import LinearOperator
 from . import solvers
@@ -24,7 +25,11 @@ DATA, NOISE = 1.0, 0.0
 
 class OneStepFlow(nn.Module):
     """``net``: a conditioned invertible network on images ``[B, *image_shape]``;
-    ``op``: a time-dependent operator on the flattened latent (``D = prod(image_shape)``)."""
+    ``op``: a time-dependent operator on the flattened latent (``D = prod(image_shape)``).
+    ``memory_saving``: back-propagate through ``net`` by recomputing its activations from its
+    exact inverse (:mod:`linearizer.invertible.memsave`) instead of storing them."""
+
+    memory_saving: bool = False
 
     def __init__(self, net: nn.Module, op: LinearOperator, image_shape: tuple[int, int, int]):
         super().__init__()
@@ -59,11 +64,16 @@ class OneStepFlow(nn.Module):
 
     def encode(self, x: Tensor, flag: float | Tensor) -> Tensor:
         """Flattened latents ``[B, D]`` of images under ``G(., flag)`` (flag per sample allowed)."""
-        return self.net(x, as_cond(flag, x.shape[0], x)).reshape(x.shape[0], -1)
+        cond = as_cond(flag, x.shape[0], x)
+        z = memsave.forward(self.net, x, cond) if self.memory_saving else self.net(x, cond)
+        return z.reshape(x.shape[0], -1)
 
     def decode(self, z: Tensor, flag: float | Tensor) -> Tensor:
         img = z.reshape(z.shape[0], *self.image_shape)
-        return self.net.inverse(img, as_cond(flag, z.shape[0], z))
+        cond = as_cond(flag, z.shape[0], z)
+        if self.memory_saving:
+            return memsave.inverse(self.net, img, cond)
+        return self.net.inverse(img, cond)
 
     # --- sampling ---------------------------------------------------------------------------
     def sample(
