@@ -132,8 +132,10 @@ class ResBlock(nn.Module):
         """Multi-head self-attention over the ``H*W`` positions (row-major)."""
         b, c, height, width = n.shape
         heads = self.num_heads
-        # [B, 3C, H, W] -> 3 x [B, heads, N, C/heads]
-        qkv = self.qkv(n).reshape(b, 3, heads, c // heads, height * width).transpose(3, 4)
+        # [B, 3C, H, W] -> 3 x [B, heads, N, C/heads]. Contiguous on purpose: with a strided last
+        # dimension CPU SDPA falls back to its math kernel (~7x slower at N = 256).
+        qkv = self.qkv(n).reshape(b, 3, heads, c // heads, height * width)
+        qkv = qkv.transpose(3, 4).contiguous()
         out = F.scaled_dot_product_attention(qkv[:, 0], qkv[:, 1], qkv[:, 2])
         return out.transpose(2, 3).reshape(b, c, height, width)
 
