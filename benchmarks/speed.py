@@ -208,7 +208,7 @@ def _top(p, rows: int = 12) -> list[dict]:
 def plan(arch: str, quick: bool, threads: int) -> list[dict]:
     big = not quick
     base = {"arch": arch, "quick": quick, "threads": threads, "repeats": 3 if big else 1,
-            "budget": 120.0 if big else 1.0}  # fmt: skip
+            "budget": 60.0 if big else 1.0}  # fmt: skip
     cases = [{**base, "task": "parity", "impl": "both"}]
     for batch in (32, 128) if big else (4,):
         for impl in ("ours", "ours-memsave", "reference"):

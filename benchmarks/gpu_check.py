@@ -1,0 +1,166 @@
+"""The prepared GPU check: train the ``paper`` preset for a fixed number of steps, then report
+steps/s, peak GPU memory (with and without memory-saving backprop), one-step sampling throughput
+and a quick FID (LeNet). Meant for ``benchmarks/gpu_check.sh`` on a machine with a GPU (<= 10 min).
+
+    python benchmarks/gpu_check.py --steps 600 --minutes 5 --samples 5000 --out "$OUT"
+
+Everything goes to ``--out``: ``gpu_check.json`` (all numbers), ``samples.png`` and
+``metrics.jsonl`` of the run. ``--device cpu --steps 2 --samples 64 --tiny`` is a local smoke
+test of the same code path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from linearizer.flow.build import build_flow
+from linearizer.flow.config import PAPER
+from linearizer.flow.objective import draw_noise, flow_loss
+from linearizer.flow.task import FlowTask, load_images
+from linearizer.invertible.dropout import set_dropout_seed
+from linearizer.io import write_json
+from linearizer.training.trainer import train
+
+TINY = dict(img_size=32, blocks=1, hidden=8, lora_emb=16, lora_hidden=32, batch_size=8)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_reset(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_mib(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+
+
+def step_probe(cfg, device: torch.device, memory_saving: bool, steps: int) -> dict:
+    """Steps/s and peak memory of plain training steps on a fresh model (random images)."""
+    torch.manual_seed(0)
+    model = build_flow(replace(cfg, memory_saving=memory_saving)).to(device).train()
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    gen = torch.Generator(device=device).manual_seed(0)
+    x1 = torch.rand(cfg.batch_size, 1, cfg.img_size, cfg.img_size, device=device, generator=gen)
+    with torch.no_grad():
+        model.encode(x1, 0.0)  # ActNorm start
+
+    def one(i: int) -> None:
+        set_dropout_seed(model, i)
+        loss, _ = flow_loss(model, x1, draw_noise(x1, gen), noise_level=cfg.noise_level)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    one(0)
+    _sync(device)
+    _peak_reset(device)
+    start = time.perf_counter()
+    for i in range(steps):
+        one(i + 1)
+    _sync(device)
+    seconds = time.perf_counter() - start
+    return {"memory_saving": memory_saving, "batch": cfg.batch_size, "steps": steps,
+            "steps_per_s": steps / seconds, "peak_mib": _peak_mib(device)}  # fmt: skip
+
+
+@torch.no_grad()
+def sample_and_fid(model, device: torch.device, n: int, out: Path) -> dict:
+    from linearizer.data import save_grid
+    from linearizer.metrics.fid import fid_lenet
+
+    model.eval()
+    res = {}
+    for steps in (100, 1000):
+        _sync(device)
+        start = time.perf_counter()
+        model.one_step_matrix(steps=steps, dtype=torch.float64)
+        _sync(device)
+        res[f"B_T{steps}_euler_f64_s"] = time.perf_counter() - start
+    gen = torch.Generator(device=device).manual_seed(1)
+    noise = torch.randn(n, 1, model.image_shape[1], model.image_shape[2], device=device,
+                        generator=gen)  # fmt: skip
+    parts = []
+    _sync(device)
+    start = time.perf_counter()
+    for chunk in noise.split(1000):
+        parts.append(model.sample(chunk, steps=100).clamp(0, 1))
+    _sync(device)
+    seconds = time.perf_counter() - start
+    images = torch.cat(parts).float().cpu()
+    save_grid(images[:64], out / "samples.png", scale=2)
+    test, _ = load_images(PAPER, "test")
+    res.update({"samples": n, "one_step_images_per_s": n / seconds,
+                "fid_lenet_one_step_T100": fid_lenet(images, test)})  # fmt: skip
+    if model.image_shape[1] == 32:
+        multi = model.sample(noise[:1000], steps=100, one_step=False).clamp(0, 1).float().cpu()
+        res["fid_lenet_multistep_T100_first1000"] = fid_lenet(multi, test)
+        res["fid_lenet_one_step_T100_first1000"] = fid_lenet(images[:1000], test)
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=600, help="training steps (fixed)")
+    p.add_argument("--minutes", type=float, default=5.0, help="safety cap on training time")
+    p.add_argument("--samples", type=int, default=5000, help="images for the quick FID")
+    p.add_argument("--probe-steps", type=int, default=20, help="steps of each memory probe")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--tiny", action="store_true", help="a tiny network (local smoke test)")
+    p.add_argument("--out", default="/tmp/gpu-check-out")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device visible to torch", file=sys.stderr)
+        return 2
+    cfg = replace(PAPER, max_steps=args.steps, max_minutes=args.minutes, device=args.device,
+                  ckpt_every=0, eval_every=0, progress=False, log_every=25,
+                  sample_steps=100, sample_method="euler")  # fmt: skip
+    if args.tiny:
+        cfg = replace(cfg, **TINY)
+    report: dict = {"torch": torch.__version__, "config": cfg.to_dict()}
+    if device.type == "cuda":
+        report["gpu"] = torch.cuda.get_device_name(device)
+    print(json.dumps({"start": report.get("gpu", "cpu")}), flush=True)
+
+    # 1. memory and speed of single steps, with and without memory-saving backprop
+    report["probe"] = [step_probe(cfg, device, ms, args.probe_steps) for ms in (False, True)]
+    print(json.dumps(report["probe"]), flush=True)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+    # 2. the real training path (trainer, MNIST, the preset's objective), fixed step count
+    run = Path("/tmp/gpu-check-run") if device.type == "cuda" else out / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    _peak_reset(device)
+    result = train(FlowTask(), cfg, run)
+    report["train"] = {"steps": result.step, "stopped": result.stopped, "loss": result.loss,
+                       "seconds": result.seconds, "steps_per_s": result.steps_per_s,
+                       "images_per_s": result.steps_per_s * cfg.batch_size,
+                       "peak_mib": _peak_mib(device)}  # fmt: skip
+    print(json.dumps(report["train"]), flush=True)
+    if (run / "metrics.jsonl").is_file():
+        shutil.copy(run / "metrics.jsonl", out / "metrics.jsonl")
+
+    # 3. sampling throughput and a quick FID (LeNet) of the trained weights
+    report["sampling"] = sample_and_fid(result.model, device, args.samples, out)
+    print(json.dumps(report["sampling"]), flush=True)
+    write_json(out / "gpu_check.json", report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
