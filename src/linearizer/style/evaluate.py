@@ -1,0 +1,286 @@
+"""Measurements of a style bank, and the comparison with the authors' index interpolation.
+
+* **Mixing exactness**: ``f_w(x)`` (one pass through the mixed operator) against the induced-space
+  combination ``(+)_i w_i (.) f_i(x)`` of the separately stylised images (plus ``w_0 (.) x`` for
+  strengths), relative error per image. Rounding only: the identity is exact algebra.
+* **Fidelity**: PSNR/SSIM of ``f_s(content)`` to each style's target (and, as a floor, of the
+  content itself to the target).
+* **Smoothness of interpolation strips** ``a -> b`` with evenly spaced ``alpha``:
+  ``path_dev_g`` — largest distance of a frame from the straight line between the end frames in
+  the model's own latent ``g_y``, relative to the end frames' distance (0 for operator mixing);
+  ``path_ratio`` — pixel path length over end-to-end distance (1: no detour);
+  ``step_unevenness`` — largest pixel step over the mean step (1: even steps);
+  ``curvature`` — summed pixel second differences over end-to-end distance.
+
+:func:`evaluate_bank` writes ``results.json`` and the pictures; ``linearizer style evaluate``
+calls it.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..data import save_grid, save_strip
+from ..errors import LinearizerError
+from ..io import read_json, write_json
+from ..metrics import psnr, ssim
+from .bank import IndexStyleNet, StyleBank, StyleModel
+from .task import StyleData
+
+ALPHAS = (0.1, 0.25, 0.5, 0.75, 0.9)
+
+
+def _rel(a: Tensor, b: Tensor) -> float:
+    """Largest per-image relative error ``||a - b|| / ||b||``."""
+    num = (a - b).flatten(1).double().norm(dim=1)
+    den = b.flatten(1).double().norm(dim=1).clamp_min(1e-30)
+    return float((num / den).max())
+
+
+def weight_cases(n_styles: int, seed: int = 0) -> list[tuple[str, list[float], float]]:
+    """(label, weights, identity weight) cases: every pair at several alphas, random mixtures of
+    all styles (Dirichlet and signed), strengths of each style, an extrapolation."""
+    cases = []
+    for i, j in itertools.combinations(range(n_styles), 2):
+        for a in ALPHAS:
+            w = [0.0] * n_styles
+            w[i], w[j] = a, 1 - a
+            cases.append((f"pair {i},{j} a={a}", w, 0.0))
+    gen = torch.Generator().manual_seed(seed)
+    for k in range(3):
+        w = -torch.log(torch.rand(n_styles, generator=gen, dtype=torch.float64))
+        cases.append((f"mixture {k}", (w / w.sum()).tolist(), 0.0))
+    signed = torch.randn(n_styles, generator=gen, dtype=torch.float64)
+    cases.append(("signed", (0.5 * signed).tolist(), 0.3))
+    for i in range(n_styles):
+        for a in (0.5, 1.5):
+            w = [0.0] * n_styles
+            w[i] = a
+            cases.append((f"strength {i} a={a}", w, 1 - a))
+    if n_styles >= 2:
+        w = [0.0] * n_styles
+        w[0], w[1] = 1.5, -0.5
+        cases.append(("extrapolation 0,1", w, 0.0))
+    return cases
+
+
+@torch.no_grad()
+def mixing_errors(bank: StyleBank, x: Tensor, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Relative error of ``f_w(x)`` against ``(+)_i w_i (.) f_i(x) (+) w_0 (.) x`` for every case
+    of :func:`weight_cases`, computed in ``dtype`` (the bank is copied, not changed)."""
+    if not isinstance(bank, StyleBank):
+        raise LinearizerError("mixing errors need an operator bank (bank='operators')")
+    model = copy.deepcopy(bank).to(dtype).eval()
+    x = x.to(dtype)
+    singles = [model.stylise(x, s) for s in range(len(model.styles))]
+    # the identity operator's image: x itself when g_x = g_y
+    plain = x if model.same_sides else model.decode(model.encode(x))
+    space = model.space_y
+    worst, errors = ("", 0.0), []
+    for label, w, w0 in weight_cases(len(model.styles)):
+        lhs = model.apply_weights(x, w, w0)
+        coeffs, vecs = list(w), list(singles)
+        if w0:
+            coeffs.append(w0)
+            vecs.append(plain)
+        rhs = space.lincomb(coeffs, vecs)
+        err = _rel(lhs, rhs)
+        errors.append(err)
+        if err >= worst[1]:
+            worst = (label, err)
+    errors_t = torch.tensor(errors)
+    return {
+        "rel_err": float(errors_t.max()),
+        "median": float(errors_t.median()),
+        "cases": len(errors),
+        "worst_case": worst[0],
+        "dtype": str(dtype).split(".")[-1],
+    }
+
+
+@torch.no_grad()
+def kernel_linearity_error(bank: StyleBank, x: Tensor, dtype: torch.dtype = torch.float64) -> float:
+    """``(sum w_i A_i) z`` (combined parameters) vs ``sum w_i (A_i z)`` (separate outputs)."""
+    model = copy.deepcopy(bank).to(dtype)
+    z = model.encode(x.to(dtype))
+    w = torch.linspace(-1, 2, len(model.styles), dtype=dtype)
+    combined = model.latent_apply(z, w)
+    separate = sum(
+        w[s] * model.latent_style(z, torch.full((z.shape[0],), s)) for s in range(len(model.styles))
+    )
+    return _rel(combined, separate)
+
+
+@torch.no_grad()
+def fidelity(model: StyleModel, data: StyleData) -> dict[str, dict[str, float]]:
+    """PSNR (dB) and SSIM of ``f_s(content)`` to each style's targets, averaged over contents."""
+    out = {}
+    for s, name in enumerate(data.style_names):
+        y = model.stylise(data.contents, s).clamp(0, 1).double()
+        t = data.targets[s].double()
+        out[name] = {"psnr": round(float(psnr(y, t)), 3), "ssim": round(float(ssim(y, t)), 4)}
+    return out
+
+
+def identity_fidelity(data: StyleData) -> dict[str, dict[str, float]]:
+    """The floor: the content image itself scored against each target."""
+    x = data.contents.double()
+    return {
+        name: {
+            "psnr": round(float(psnr(x, data.targets[s].double())), 3),
+            "ssim": round(float(ssim(x, data.targets[s].double())), 4),
+        }
+        for s, name in enumerate(data.style_names)
+    }
+
+
+@torch.no_grad()
+def strip_metrics(model: StyleModel, frames: Tensor, alphas: Tensor) -> dict[str, float]:
+    """Smoothness measures of one strip (see the module docstring)."""
+    f = frames.double().flatten(1)
+    ends = (f[-1] - f[0]).norm().clamp_min(1e-30)
+    steps = (f[1:] - f[:-1]).norm(dim=1)
+    second = (f[2:] - 2 * f[1:-1] + f[:-2]).norm(dim=1) if len(f) > 2 else torch.zeros(1)
+    z = model.view("y")(frames).double().flatten(1)
+    a = alphas.double()[:, None]
+    line = (1 - a) * z[:1] + a * z[-1:]
+    dev = (z - line).norm(dim=1).max() / (z[-1] - z[0]).norm().clamp_min(1e-30)
+    return {
+        "path_dev_g": float(dev),
+        "path_ratio": float(steps.sum() / ends),
+        "step_unevenness": float(steps.max() / steps.mean().clamp_min(1e-30)),
+        "curvature": float(second.sum() / ends),
+    }
+
+
+def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: float(sum(r[k] for r in rows) / len(rows)) for k in rows[0]}
+
+
+@torch.no_grad()
+def interpolation_comparison(
+    bank: StyleBank,
+    index: IndexStyleNet | None,
+    x: Tensor,
+    frames: int,
+    out_dir: Path | None,
+) -> dict[str, Any]:
+    """Strips for every pair of styles, ours vs the index model's; metrics and PNGs."""
+    pairs = list(itertools.combinations(range(len(bank.styles)), 2))
+    ours, theirs, per_pair = [], [], {}
+    for i, j in pairs:
+        a, b = bank.styles[i], bank.styles[j]
+        strip, alphas = bank.interpolate(x, i, j, frames)
+        m = strip_metrics(bank, strip, alphas)
+        ours.append(m)
+        entry = {"ours": m}
+        if out_dir is not None:
+            save_strip(strip.clamp(0, 1), out_dir / f"strip_{a}_{b}.png")
+        if index is not None:
+            istrip, _ = index.interpolate(x, i, j, frames)
+            mi = strip_metrics(index, istrip, alphas)
+            theirs.append(mi)
+            entry["index"] = mi
+            if out_dir is not None:
+                save_strip(istrip.clamp(0, 1), out_dir / f"strip_{a}_{b}_index.png")
+                save_grid(
+                    torch.cat([strip, istrip]).clamp(0, 1),
+                    out_dir / f"compare_{a}_{b}.png",
+                    nrow=frames,
+                )
+        per_pair[f"{a}->{b}"] = entry
+    result: dict[str, Any] = {"frames": frames, "pairs": len(pairs), "ours": _mean(ours)}
+    if theirs:
+        result["index"] = _mean(theirs)
+    result["per_pair"] = per_pair
+    return result
+
+
+@torch.no_grad()
+def mixing_pictures(bank: StyleBank, x: Tensor, out_dir: Path, grid: int = 5) -> list[str]:
+    """A bilinear mixing grid of the first four styles (corners) and a strength strip each."""
+    written = []
+    s = len(bank.styles)
+    corners = [0, 1, 2, 3] if s >= 4 else [0, min(1, s - 1), 0, min(1, s - 1)]
+    t = torch.linspace(0, 1, grid)
+    weights = torch.zeros(grid * grid, s, dtype=x.dtype)
+    for r, c in itertools.product(range(grid), range(grid)):
+        u, v = float(t[r]), float(t[c])
+        for corner, coef in zip(corners, ((1 - u) * (1 - v), (1 - u) * v, u * (1 - v), u * v)):
+            weights[r * grid + c, corner] += coef
+    z = bank.encode(x).expand(grid * grid, -1, -1, -1)
+    pictures = bank.decode(bank.latent_apply(z, weights))
+    save_grid(pictures.clamp(0, 1), out_dir / "mix_grid.png", nrow=grid)
+    written.append("mix_grid.png")
+    alphas = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5])
+    rows = []
+    for name in bank.styles:
+        rows.append(bank.strength(x.expand(len(alphas), -1, -1, -1), name, alphas))
+    save_grid(torch.cat(rows).clamp(0, 1), out_dir / "strength.png", nrow=len(alphas))
+    written.append("strength.png")
+    return written
+
+
+def evaluate_bank(
+    bank: StyleBank,
+    data: StyleData,
+    out_dir: str | Path,
+    *,
+    index: IndexStyleNet | None = None,
+    frames: int = 9,
+    wall_time: dict[str, float] | None = None,
+    extra: dict | None = None,
+) -> dict[str, Any]:
+    """All measurements and pictures for a bank (and optionally an index model on the same
+    data); writes ``OUT/results.json`` atomically and returns the results."""
+    out = Path(out_dir)
+    t0 = time.perf_counter()
+    x = data.contents[:1]
+    results: dict[str, Any] = {
+        "styles": data.style_names,
+        "contents": data.content_names,
+        "mix": mixing_errors(bank, x, torch.float32),
+        "mix_float64": mixing_errors(bank, x, torch.float64),
+        "kernel_linearity_float64": kernel_linearity_error(bank, x),
+    }
+    results["index_interpolation"] = interpolation_comparison(bank, index, x, frames, out)
+    results["fidelity"] = {"bank": fidelity(bank, data), "identity": identity_fidelity(data)}
+    if index is not None:
+        results["fidelity"]["index"] = fidelity(index, data)
+    with torch.no_grad():
+        rows = [data.contents[:1]] + [bank.stylise(x, s) for s in range(len(data.style_names))]
+        targets = [data.contents[:1]] + [data.targets[s, :1] for s in range(len(data.style_names))]
+        save_grid(torch.cat(rows + targets).clamp(0, 1), out / "styles.png", nrow=len(rows))
+        pictures = ["styles.png", *mixing_pictures(bank, x, out)]
+    results["pictures"] = (
+        pictures
+        + sorted(p.name for p in out.glob("*strip_*.png"))
+        + sorted(p.name for p in out.glob("compare_*.png"))
+    )
+    timing = dict(wall_time or {})
+    timing["evaluate"] = round(time.perf_counter() - t0, 2)
+    if timing.get("before_evaluate") is not None:
+        # the demo passes the pipeline's time up to this call; the total adds this call
+        timing["total"] = round(float(timing["before_evaluate"]) + timing["evaluate"], 2)
+    results["wall_time_s"] = timing
+    results["threads"] = torch.get_num_threads()
+    if extra:
+        results.update(extra)
+    write_json(out / "results.json", results)
+    return results
+
+
+def run_seconds(run_dir: str | Path) -> float | None:
+    """Training wall time recorded in ``RUN/run.json`` (None when absent)."""
+    path = Path(run_dir) / "run.json"
+    if not path.is_file():
+        return None
+    value = read_json(path).get("seconds")
+    return None if value is None else round(float(value), 2)
