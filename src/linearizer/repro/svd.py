@@ -98,23 +98,31 @@ def induced_svd(
     )  # fmt: skip
 
 
-def plot_spectrum(spectra: dict[str, Tensor], path: str | Path, steps: int | None = None) -> Path:
-    """Singular values of one or more one-step matrices on a log scale."""
-    fig = new_figure(6.4, 3.6)
+def plot_spectrum(
+    spectra: dict[str, Tensor], path: str | Path, steps: tuple[int, ...] = ()
+) -> Path:
+    """Singular values of one or more one-step matrices, log-log (the few large ones first)."""
+    fig = new_figure(6.4, 3.8)
     ax = fig.add_subplot(1, 1, 1)
-    for label, s in spectra.items():
+    styles = [("-", 2.6), ("--", 1.4), (":", 1.8), ("-.", 1.4)]
+    for i, (label, s) in enumerate(spectra.items()):
         s = s.double()
-        ax.semilogy(range(1, len(s) + 1), s.numpy(),
-                    label=f"{label} (cond {float(s[0] / s[-1]):.3g})")  # fmt: skip
-    if steps:
-        ax.axhline(1.0 / steps, color="grey", ls=":", lw=1, label=f"1/T = {1 / steps:g}")
+        ls, lw = styles[i % len(styles)]
+        ax.loglog(range(1, len(s) + 1), s.numpy(), ls=ls, lw=lw,
+                  label=f"{label} (cond {float(s[0] / s[-1]):.3g})")  # fmt: skip
+    for t in steps:
+        ax.axhline(1.0 / t, color="grey", ls=":", lw=0.8)
+        ax.annotate(f"1/T = {1 / t:g}", (1, 1.0 / t), fontsize=7, color="grey",
+                    xytext=(2, 2), textcoords="offset points")  # fmt: skip
     ax.set_xlabel("index i")
     ax.set_ylabel("singular value sigma_i of B")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    caption(fig, "Singular spectrum of the collapsed one-step matrix B (z1 = B z0, float64). "
-            "The Euler B is (1/T) I plus terms through the low-rank A(t): a few large singular "
-            "values carry the generated content, the rest sit near 1/T.")  # fmt: skip
+    caption(fig, "Singular spectrum of the collapsed one-step matrix B (z1 = B z0, float64), "
+            "log-log. An Euler B is (1/T) I plus terms through the low-rank A(t): a few large "
+            "singular values carry the generated content, the rest sit at 1/T (grey lines). "
+            "Curves that coincide (Euler and RK4 at the same T) are drawn with different "
+            "dash patterns.")  # fmt: skip
     return save_figure(fig, path)
 
 
@@ -127,7 +135,7 @@ def plot_directions(result: GeneratorSVD, path: str | Path) -> Path:
         ("f(noise_i) = g_data^-1(sigma_i s0 u_i)", torch.cat([result.zero_data, result.mapped])),
     ]
     k = result.k
-    fig = new_figure(max(6.0, 0.55 * (k + 1)), 4.6)
+    fig = new_figure(max(6.0, 0.55 * (k + 1)), 3.6)
     for r, (label, images) in enumerate(rows):
         ax = fig.add_subplot(len(rows), 1, r + 1)
         show_images(ax, images, nrow=k + 1)
@@ -153,10 +161,10 @@ def render_svd(
     out = Path(out_dir)
     label = f"{result.method} T={result.steps}"
     spectra = {label: result.sigma, **(extra or {})}
+    euler_steps = tuple(sorted({int(k.split("T=")[1]) for k in spectra
+                                if k.startswith("euler T=")}))  # fmt: skip
     paths = {
-        "spectrum": plot_spectrum(
-            spectra, out / "spectrum.png", result.steps if result.method == "euler" else None
-        ),  # fmt: skip
+        "spectrum": plot_spectrum(spectra, out / "spectrum.png", euler_steps),
         "directions": plot_directions(result, out / "svd_directions.png"),
     }
     paths["json"] = write_json(out / "svd.json", {
@@ -164,6 +172,7 @@ def render_svd(
         "scale_noise": result.scale_noise, "scale_data": result.scale_data,
         "sigma_top": [float(s) for s in result.sigma[: result.k]],
         "sigma_min": float(result.sigma[-1]),
-        "spectra": {k: [float(s) for s in v] for k, v in spectra.items()},
+        "spectra_top": {k: [float(s) for s in v[: result.k]] for k, v in spectra.items()},
+        "spectra_cond": {k: float(v[0] / v[-1]) for k, v in spectra.items()},
     })  # fmt: skip
     return paths
