@@ -370,6 +370,12 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
     floor = None
     if train_images is not None:
         floor = fid_from_features(ctx.features(train_images[:n]), real_f)
+    sets["test_images"] = {  # the classifier's view of real digits, for comparison
+        "fid_lenet": None,
+        "kid_lenet": None,
+        "kid_lenet_std": None,
+        "classifier": classifier_stats(ctx.for_lenet(real), model=ctx.classifier),
+    }
     t, tl = ctx.opts.steps, ctx.opts.long_steps
     one, multi = sets[f"one_step_t{t}"]["fid_lenet"], sets[f"multi_step_t{t}"]["fid_lenet"]
     one_l, multi_l = sets[f"one_step_t{tl}"]["fid_lenet"], sets[f"multi_step_t{tl}"]["fid_lenet"]
@@ -402,6 +408,7 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
         "inception_fid_note": inception_note,
         "kid_lenet_one_step": sets[f"one_step_t{t}"]["kid_lenet"],
         "mean_max_prob_one_step": sets[f"one_step_t{t}"]["classifier"]["mean_max_prob"],
+        "mean_max_prob_test": sets["test_images"]["classifier"]["mean_max_prob"],
         "samples": n,
         "sets": sets,
         "how": "same noise for every set; float32 networks, float64 latent; Euler; samples "
