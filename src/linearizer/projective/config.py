@@ -1,0 +1,122 @@
+"""Typed config and presets of the globally projective model (``linearizer train projective``).
+
+One config class serves both models, ``model=ours`` (``f = g^-1 A g`` with an exact projector
+``A``) and ``model=ign`` (the IGN baseline); ``linearizer train projective --baseline ign``
+picks the ``<preset>-ign`` preset. Each model reads only its own keys (``ign_*`` for IGN).
+
+Presets (``ours`` / ``-ign``):
+
+* ``smoke`` — seconds, synthetic strokes at 16x16, for tests and CI.
+* ``cpu`` — MNIST 32x32 on a shared 2-core CPU, 12 minutes of wall time per model, one
+  thread (docs/projective/README.md).
+* ``paper`` — GPU-sized: the authors' invertible U-Net (4 blocks, 16 channels) for ours,
+  IGN's published settings (batch 256, Adam 1e-4, betas 0.5/0.999) for the baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import LinearizerError
+from ..training.config import TrainConfig, option, register_preset
+
+
+@dataclass
+class ProjectiveConfig(TrainConfig):
+    """Data, networks and loss weights of the projective model and of its IGN baseline."""
+
+    model: Literal["ours", "ign"] = option(
+        "ours", "ours: g^-1(A g(x)) with an exact projector A; ign: the IGN baseline"
+    )
+    dataset: Literal["mnist", "fashion-mnist", "synthetic"] = option(
+        "mnist", "training images (synthetic: generated strokes, for smoke runs and tests)"
+    )
+    data_root: str = option("", "folder with the dataset's IDX files or cache ('' = default)")
+    img_size: int = option(32, "images are resized to img_size x img_size (a power of 2)")
+    noise_std: float = option(1.0, "source noise z ~ N(0, noise_std^2 I) in pixel units")
+    # --- ours ---------------------------------------------------------------------------------
+    network: Literal["cpu", "paper"] = option(
+        "cpu", "invertible g: small CNN couplings (cpu) or the authors' U-Net couplings (paper)"
+    )
+    blocks: int = option(2, "invertible blocks (ActNorm, two couplings, 1x1 conv each)")
+    hidden: int = option(32, "conditioner width: SmallCNN channels or U-Net model_channels")
+    clamp: float = option(2.0, "log-scale clamp of the couplings")
+    clamp_mode: Literal["soft", "hard"] = option("soft", "soft: c*tanh(l/c); hard: clip")
+    projector: Literal["orthogonal", "oblique"] = option(
+        "orthogonal", "exact projector core: Q Q^T (orthogonal) or U (V^T U)^-1 V^T (oblique)"
+    )
+    rank: int = option(32, "rank k of the projector: f's range is a k-dim induced subspace")
+    pca_init: bool = option(
+        True, "start the projector's range at the top-k directions of the first batch's latents"
+    )
+    rec_weight: float = option(20.0, "weight of the L1 reconstruction on data (IGN: 20)")
+    match_weight: float = option(
+        20.0, "weight of the noise term (pair: same L1 scale as rec; sliced: about 1)"
+    )
+    match: Literal["pair", "sliced"] = option(
+        "pair", "noise term: L1 of f(z) to its OT-paired digit (pair) or sliced W2 of coordinates"
+    )
+    match_dirs: int = option(64, "sliced match: random directions per step")
+    # --- IGN baseline -------------------------------------------------------------------------
+    ign_width: int = option(8, "IGN: channels of the first encoder conv (doubling per level)")
+    ign_latent: int = option(32, "IGN: bottleneck channels (1x1 spatial)")
+    idem_weight: float = option(20.0, "IGN: weight of the idempotence loss")
+    tight_weight: float = option(2.5, "IGN: weight of the (negative) tightness loss")
+    tight_clamp: float = option(1.5, "IGN: a of tanh(L_tight / (a L_rec)) * a L_rec")
+    # --- evaluation during training -----------------------------------------------------------
+    n_samples: int = option(64, "images in the sample grids saved during training")
+
+    def validate(self) -> None:
+        super().validate()
+        size = self.img_size
+        if size < 8 or size & (size - 1):
+            raise LinearizerError(f"img_size must be a power of 2 and >= 8, got {size}")
+        for name in ("blocks", "hidden", "rank", "match_dirs", "ign_width", "ign_latent"):
+            if getattr(self, name) < 1:
+                raise LinearizerError(f"config key '{name}' must be >= 1")
+        if self.rank >= size * size:
+            raise LinearizerError(
+                f"config key 'rank' must be below D = {size * size} (rank D is the identity)"
+            )
+        for name in ("rec_weight", "match_weight", "idem_weight", "tight_weight", "tight_clamp"):
+            if not getattr(self, name) >= 0:
+                raise LinearizerError(f"config key '{name}' must be >= 0")
+        if not self.noise_std > 0:
+            raise LinearizerError(f"config key 'noise_std' must be > 0, got {self.noise_std}")
+
+
+_SMOKE = dict(
+    dataset="synthetic", img_size=16, blocks=1, hidden=8, rank=8, match_dirs=16, ign_width=4,
+    ign_latent=8, batch_size=16, max_steps=6, lr=1e-3, ckpt_every=3, log_every=1,
+    ema_decay=0.9, ema_warmup=2, n_samples=16, threads=1,
+)  # fmt: skip
+# Same wall time for both models: the 12-minute budget ends the run (max_steps is out of reach),
+# so the learning rate is constant after warm-up. One thread: the machine is shared.
+_CPU = dict(
+    batch_size=128, max_steps=100_000, max_minutes=12.0, lr=1e-3, warmup_steps=50,
+    schedule="constant", grad_clip=1.0, ema_decay=0.999, ema_warmup=200, ckpt_every=250,
+    log_every=25, eval_every=1000, threads=1,
+)  # fmt: skip
+# IGN's published optimiser: Adam, betas (0.5, 0.999); the cpu preset raises its lr like ours.
+_IGN = dict(model="ign", betas=(0.5, 0.999), grad_clip=0.0)
+
+SMOKE = ProjectiveConfig(**_SMOKE)
+SMOKE_IGN = ProjectiveConfig(**{**_SMOKE, **_IGN})
+CPU = ProjectiveConfig(**_CPU)
+CPU_IGN = ProjectiveConfig(**{**_CPU, **_IGN, "lr": 5e-4})
+PAPER = ProjectiveConfig(
+    network="paper", blocks=4, hidden=16, clamp=5.0, clamp_mode="hard", rank=64,
+    batch_size=256, lr=1e-4, max_steps=47_000, warmup_steps=500, ema_decay=0.999,
+    ema_warmup=1000, ckpt_every=2350, log_every=50, eval_every=2350,
+)  # fmt: skip
+PAPER_IGN = ProjectiveConfig(
+    model="ign", ign_width=32, ign_latent=128, batch_size=256, lr=1e-4, betas=(0.5, 0.999),
+    max_steps=47_000, ema_decay=0.0, ckpt_every=2350, log_every=50, eval_every=2350,
+)  # fmt: skip
+
+for _name, _cfg in (
+    ("smoke", SMOKE), ("cpu", CPU), ("paper", PAPER),
+    ("smoke-ign", SMOKE_IGN), ("cpu-ign", CPU_IGN), ("paper-ign", PAPER_IGN),
+):  # fmt: skip
+    register_preset("projective", _name, _cfg)

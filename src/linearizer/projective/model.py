@@ -1,0 +1,245 @@
+"""The globally projective generative model ``f(x) = g^-1(A g(x))`` with ``A^2 = A`` exactly.
+
+Why it is a projector everywhere: with one network on both sides (``g_x = g_y = g``),
+``f(f(x)) = g^-1(A g(g^-1(A g(x)))) = g^-1(A^2 g(x)) = f(x)`` for *every* input, because
+``g(g^-1(w)) = w`` and ``A^2 = A`` hold by construction (an exact projector from
+:mod:`linearizer.operators.projector`, whatever its weights). IGN (Shocher et al. 2024) only
+*encourages* ``f(f(z)) = f(z)`` with a loss, near the data it was trained on.
+
+What is left to learn: the range of ``f`` is ``g^-1(range A)``, a k-dimensional *induced*
+subspace, and a point of it is fixed by its ``k`` coordinates ``c = coords(g(x))`` (``Q^T g(x)``
+for ``A = Q Q^T``; ``(V^T U)^-1 V^T g(x)`` for ``A = U (V^T U)^-1 V^T``): ``f(x) =
+g^-1(basis @ c)``. Data must lie in that subspace, and noise must land where the data's
+coordinates are. The loss (:func:`projective_loss`):
+
+* ``rec_weight * |f(x) - x|_1`` on data (IGN's reconstruction, weight 20): data are fixed
+  points. The rank ``k < D`` bounds the range, so this cannot collapse ``f`` to the identity.
+* ``match_weight * |f(z_i) - x_j|_1`` on noise (``match="pair"``, weight 20, the default):
+  each noise sample is paired with one digit of the batch by an exact optimal assignment
+  (Hungarian algorithm) between the noise coordinates ``c_z`` and the data coordinates ``c_x``,
+  and its projection is pulled onto its partner in pixels. Minibatch optimal transport makes
+  the pairing local (nearby coordinates, nearby digits), so ``f(z)`` is led onto the data rather
+  than to the mean digit, and every digit of the batch receives exactly one sample, so the
+  noise cannot collapse onto a few modes (a trivial projection). It trains both the noise's
+  coordinates and the decoder ``g^-1`` on the part of the range where noise lands; no
+  discriminator, no extra network.
+* ``match="sliced"`` replaces the pairing by a sliced-Wasserstein distance between the batches
+  ``c_z`` and ``c_x`` (divided by the data coordinates' mean square, so shrinking every latent
+  does not lower it). It is weaker: random 1-D projections of k >= 16 coordinates all look
+  Gaussian, so it cannot see the digits' clusters (docs/projective/README.md has the numbers).
+
+IGN's other two terms carry no signal here: ``L_idem = D(f_frozen(f(z)), f(z))`` and
+``L_tight = -D(f(f_frozen(z)), f_frozen(z))`` vanish identically, because ``f`` fixes its own
+range exactly (the tests check it); at a zero residual their (sub)gradients are zero too, so in
+floating point they would add only rounding noise. Idempotence is architectural, and so is
+IGN's tightness (keep the fixed-point set small): the fixed points of ``f`` are exactly its
+k-dimensional range. What IGN's idempotence term does on noise (pull ``f(z)`` onto the data)
+is the pairing term's job.
+
+>>> import torch
+>>> from linearizer.invertible import cpu_network
+>>> from linearizer.operators import OrthogonalProjector
+>>> m = ProjectiveModel(cpu_network(1, 1, 8, cond_dim=0), OrthogonalProjector(64, 4), (1, 8, 8))
+>>> m = m.double().eval()
+>>> x = 10 * torch.randn(3, 1, 8, 8, dtype=torch.float64)
+>>> y = m(x)
+>>> bool(((m(y) - y).norm() / y.norm()) < 1e-12)
+True
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ..algebra import Linearizer
+from ..errors import LinearizerError
+from ..invertible.base import Conditioned, as_cond
+from ..operators.base import LinearOperator
+
+
+class ProjectiveModel(nn.Module):
+    """``f(x) = g^-1(A g(x))``: ``net`` an invertible network on images ``image_shape``, ``A`` an
+    exact projector on the flattened latent. ``flag`` is the constant conditioning value handed
+    to ``net`` (``None`` for unconditioned networks); the same for every input, so ``g_x = g_y``.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        A: LinearOperator,
+        image_shape: tuple[int, ...],
+        flag: float | None = None,
+    ) -> None:
+        super().__init__()
+        if not getattr(A, "idempotent", False):
+            raise LinearizerError(
+                f"the projective model needs an exact projector, got {type(A).__name__}"
+            )
+        self.image_shape = tuple(int(s) for s in image_shape)
+        self.dim = math.prod(self.image_shape)
+        if A.in_features != self.dim:
+            raise LinearizerError(
+                f"projector acts on {A.in_features} values but images {self.image_shape} "
+                f"flatten to {self.dim}"
+            )
+        self.net = net
+        self.A = A
+        self.flag = flag
+        # The projector's range starts at the data's top-k latent directions (set by the
+        # first training batch, like ActNorm); saved, so a reloaded model never re-starts.
+        self.register_buffer("basis_initialized", torch.zeros((), dtype=torch.uint8))
+
+    @property
+    def rank(self) -> int:
+        """k: the dimension of the range of ``f`` (an induced subspace)."""
+        return int(self.A.rank)
+
+    @property
+    def g(self) -> nn.Module:
+        """The one invertible network, seen at its fixed flag (both ``g_x`` and ``g_y``)."""
+        return self.net if self.flag is None else Conditioned(self.net, self.flag)
+
+    def check_images(self, x: Tensor, what: str = "inputs") -> None:
+        if not isinstance(x, Tensor) or x.dim() != 4 or tuple(x.shape[1:]) != self.image_shape:
+            shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise LinearizerError(
+                f"{what} must have shape [N, {', '.join(map(str, self.image_shape))}], got {shape}"
+            )
+
+    # --- latent side ------------------------------------------------------------------------
+    def encode(self, x: Tensor) -> Tensor:
+        """``g(x)`` flattened to ``[B, D]``."""
+        self.check_images(x)
+        return self.net(x, as_cond(self.flag, x.shape[0], x)).reshape(x.shape[0], self.dim)
+
+    def decode(self, w: Tensor) -> Tensor:
+        """``g^-1(w)`` for latents ``[B, D]``, as images."""
+        z = w.reshape(w.shape[0], *self.image_shape)
+        return self.net.inverse(z, as_cond(self.flag, w.shape[0], w))
+
+    def basis(self) -> Tensor:
+        """``[D, k]`` basis of ``range A`` in which :meth:`coords` are expressed."""
+        return self.A.basis()
+
+    def coords(self, w: Tensor) -> Tensor:
+        """Coordinates ``c [B, k]`` of ``A w`` in :meth:`basis`: ``A w = basis @ c``."""
+        if hasattr(self.A, "V"):  # oblique: c = (V^T U)^-1 V^T w
+            return torch.linalg.solve(self.A.V.T @ self.A.U, (w @ self.A.V).T).T
+        return w @ self.A.basis()
+
+    def from_coords(self, c: Tensor) -> Tensor:
+        return c @ self.basis().T
+
+    # --- the map ----------------------------------------------------------------------------
+    def forward(self, x: Tensor) -> Tensor:
+        """``f(x) = g^-1(A g(x))``: the projection of any input onto the learned range."""
+        return self.decode(self.A(self.encode(x)))
+
+    f = forward
+
+    def generate(self, z: Tensor) -> Tensor:
+        """One-pass generation: ``f`` of source noise ``z``."""
+        return self.forward(z)
+
+    def as_linearizer(self) -> Linearizer:
+        """The same map as a :class:`Linearizer` (``g_x = g_y``), for its SVD and algebra."""
+        return Linearizer(
+            self.g, self.A, y_latent_shape=self.image_shape, x_latent_shape=self.image_shape
+        )
+
+    @torch.no_grad()
+    def init_basis_(self, w: Tensor) -> None:
+        """Set the projector's range to the top-k right singular directions of latents ``w``
+        (completed with random directions when the batch is smaller than k); mark it done."""
+        k = self.rank
+        _, _, vh = torch.linalg.svd(w.detach().to(torch.float64), full_matrices=False)
+        top = vh[: min(k, vh.shape[0])].T
+        if top.shape[1] < k:
+            extra = torch.randn(self.dim, k - top.shape[1], dtype=torch.float64, device=w.device)
+            top = torch.cat([top, extra], dim=1)
+        q, _ = torch.linalg.qr(top)
+        q = q.to(self.basis().dtype)
+        if hasattr(self.A, "W"):
+            self.A.W.copy_(q)
+        else:
+            self.A.U.copy_(q)
+            self.A.V.copy_(q)
+        self.basis_initialized.fill_(1)
+
+
+def sliced_w2(a: Tensor, b: Tensor, directions: Tensor) -> Tensor:
+    """Sliced squared 2-Wasserstein distance between equal-size point sets ``a, b [N, k]``:
+    the mean over unit ``directions [k, L]`` of the sorted 1-D matching cost.
+
+    >>> a = torch.randn(256, 3)
+    >>> float(sliced_w2(a, a[torch.randperm(256)], torch.eye(3)))
+    0.0
+    """
+    if a.shape != b.shape:
+        raise LinearizerError(f"sliced_w2 needs equal shapes, got {list(a.shape)}, {list(b.shape)}")
+    pa = (a @ directions).sort(dim=0).values
+    pb = (b @ directions).sort(dim=0).values
+    return (pa - pb).square().mean()
+
+
+def ot_pairs(a: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+    """Indices ``(i, j)`` of the optimal one-to-one matching of rows of ``a`` to rows of ``b``
+    under squared Euclidean cost (Hungarian algorithm, no gradient)."""
+    from scipy.optimize import linear_sum_assignment
+
+    cost = torch.cdist(a.detach().double(), b.detach().double()).square()
+    rows, cols = linear_sum_assignment(cost.cpu().numpy())
+    return torch.as_tensor(rows, device=a.device), torch.as_tensor(cols, device=a.device)
+
+
+def random_directions(k: int, n: int, seed: int, like: Tensor) -> Tensor:
+    """``[k, n]`` random unit columns from a generator seeded by ``seed`` (reproducible)."""
+    gen = torch.Generator().manual_seed(int(seed))
+    d = torch.randn(k, n, generator=gen, dtype=torch.float64)
+    return (d / d.norm(dim=0, keepdim=True)).to(like)
+
+
+def projective_loss(
+    model: ProjectiveModel,
+    x: Tensor,
+    z: Tensor,
+    *,
+    rec_weight: float = 20.0,
+    match: str = "pair",
+    match_weight: float = 20.0,
+    directions: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """The training loss of the projective model (see the module docstring).
+
+    ``x``: data batch; ``z``: source noise of the same shape; ``directions [k, L]``: unit
+    directions, needed by ``match="sliced"`` only. Data is encoded first, so data-dependent
+    layers (ActNorm, the projector's range) start from data.
+    """
+    if match not in ("pair", "sliced"):
+        raise LinearizerError(f"match must be 'pair' or 'sliced', got {match!r}")
+    if match == "sliced" and directions is None:
+        raise LinearizerError("match='sliced' needs directions (see random_directions)")
+    wx = model.encode(x)
+    if model.training and not bool(model.basis_initialized):
+        model.init_basis_(wx)
+    cx = model.coords(wx)
+    fx = model.decode(model.from_coords(cx))
+    rec = (fx - x).abs().mean()
+    cz = model.coords(model.encode(z))
+    scale = cx.detach().square().mean().clamp_min(1e-12)
+    if match == "pair":
+        rows, cols = ot_pairs(cz, cx)  # rows = 0..B-1; cols: each noise's digit
+        distance = (model.decode(model.from_coords(cz[rows])) - x[cols]).abs().mean()
+    else:
+        distance = sliced_w2(cz, cx, directions) / scale
+    loss = rec_weight * rec + match_weight * distance
+    logs = {
+        "rec_l1": float(rec.detach()),
+        "match": float(distance.detach()),
+        "coord_rms_data": float(scale.sqrt()),
+        "coord_rms_noise": float(cz.detach().square().mean().sqrt()),
+    }
+    return loss, logs

@@ -1,0 +1,123 @@
+"""``linearizer train projective``: the :class:`~linearizer.training.trainer.Task` of the
+projective model and of its IGN baseline, and loading a trained run back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from ..data import load_dataset, save_grid
+from ..data.synthetic import strokes
+from ..errors import LinearizerError
+from ..io import read_json
+from ..operators.projector import ObliqueProjector, OrthogonalProjector
+from ..training.checkpoint import latest_checkpoint, load_weights
+from ..training.trainer import StepRandom
+from .config import ProjectiveConfig
+from .ign import IGN, ign_loss
+from .model import ProjectiveModel, projective_loss, random_directions
+
+KIND = "projective"
+
+
+def load_images(cfg: ProjectiveConfig, split: str = "train") -> tuple[Tensor, Tensor]:
+    """The config's dataset split as float32 images in [0, 1] and labels."""
+    if cfg.dataset == "synthetic":
+        return strokes(2048 if split == "train" else 512, cfg.img_size, seed=int(split == "test"))
+    return load_dataset(cfg.dataset, split, cfg.data_root or None, cfg.img_size)
+
+
+def build_model(cfg: ProjectiveConfig, channels: int = 1) -> nn.Module:
+    """The freshly initialised network ``cfg`` describes (ours or IGN; seeded by the caller)."""
+    if cfg.model == "ign":
+        return IGN(channels, cfg.img_size, cfg.ign_width, cfg.ign_latent)
+    shape = (channels, cfg.img_size, cfg.img_size)
+    flag = None
+    if cfg.network == "paper":
+        from ..invertible.unet import paper_network
+
+        # The U-Net conditioners take a time flag; one constant flag keeps g_x = g_y.
+        net = paper_network(channels, cfg.img_size, cfg.blocks, cfg.hidden, dropout=0.0,
+                            clamp=cfg.clamp)  # fmt: skip
+        flag = 1.0
+    else:
+        from ..invertible.network import cpu_network
+
+        net = cpu_network(channels, cfg.blocks, cfg.hidden, cfg.clamp_mode, cfg.clamp, cond_dim=0)
+    dim = channels * cfg.img_size * cfg.img_size
+    cls = OrthogonalProjector if cfg.projector == "orthogonal" else ObliqueProjector
+    model = ProjectiveModel(net, cls(dim, cfg.rank), shape, flag)
+    if not cfg.pca_init:
+        model.basis_initialized.fill_(1)
+    return model
+
+
+class ProjectiveTask:
+    """Draws data rows and source noise per step; the loss of ours or of IGN (``cfg.model``)."""
+
+    kind = KIND
+
+    def __init__(self, images: Tensor | None = None) -> None:
+        self.images = images
+
+    def build(self, cfg: ProjectiveConfig) -> nn.Module:
+        self.cfg = cfg
+        if self.images is None:
+            self.images, _ = load_images(cfg, "train")
+        # Fixed grid noise per run, so grids over training are comparable.
+        gen = torch.Generator().manual_seed(cfg.seed + 12345)
+        shape = self.images.shape[1:]
+        self.grid_noise = cfg.noise_std * torch.randn(cfg.n_samples, *shape, generator=gen)
+        return build_model(cfg, channels=shape[0])
+
+    def batch(self, rng: StepRandom) -> dict[str, Tensor]:
+        return {"x": self.images[rng.indices(len(self.images))]}
+
+    def loss(self, model: nn.Module, batch: dict[str, Tensor], rng: StepRandom):
+        cfg, x = self.cfg, batch["x"]
+        z = cfg.noise_std * rng.randn(*x.shape[1:], like=x)
+        if cfg.model == "ign":
+            return ign_loss(model, x, z, cfg.rec_weight, cfg.idem_weight, cfg.tight_weight,
+                            cfg.tight_clamp)  # fmt: skip
+        dirs = None
+        if cfg.match == "sliced":
+            dirs = random_directions(cfg.rank, cfg.match_dirs, rng.int_seed("directions"), x)
+        return projective_loss(model, x, z, rec_weight=cfg.rec_weight, match=cfg.match,
+                               match_weight=cfg.match_weight, directions=dirs)  # fmt: skip
+
+    def on_eval(self, model: nn.Module, step: int, run_dir: Path) -> dict[str, object]:
+        noise = self.grid_noise.to(next(model.parameters()).device)
+        y = model(noise)
+        yy = model(y)
+        rel = ((yy - y).flatten(1).norm(dim=1) / y.flatten(1).norm(dim=1).clamp_min(1e-30)).max()
+        path = Path(run_dir) / "samples" / f"step_{step:08d}.png"
+        save_grid(y.clamp(0, 1).cpu(), path, scale=2)
+        return {"samples": str(path), "idempotence_noise_max": float(rel)}
+
+
+def run_config(run_dir: str | Path) -> ProjectiveConfig:
+    """The resolved config of a projective run folder (one clear error if it is not one)."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise LinearizerError(f"no such run folder: {run}")
+    status = run / "run.json"
+    if status.is_file() and read_json(status).get("kind", KIND) != KIND:
+        raise LinearizerError(f"{run} is a {read_json(status).get('kind')} run, not a {KIND} run")
+    if not (run / "config.json").is_file():
+        raise LinearizerError(f"{run} is not a run folder (no config.json)")
+    return ProjectiveConfig.from_dict(read_json(run / "config.json"))
+
+
+def load_projective_run(
+    run_dir: str | Path, *, use_ema: bool = True, channels: int = 1
+) -> tuple[nn.Module, ProjectiveConfig, int]:
+    """The trained model of a run (EMA weights when present), in eval mode, and its step."""
+    cfg = run_config(run_dir)
+    path = latest_checkpoint(run_dir)
+    if path is None:
+        raise LinearizerError(f"{run_dir} holds no usable checkpoint")
+    model = build_model(cfg, channels=channels)
+    ckpt = load_weights(path, model, use_ema=use_ema, model_kind=KIND)
+    return model.eval(), cfg, ckpt.step
