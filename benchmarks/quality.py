@@ -97,7 +97,7 @@ def train_fm(out: Path, minutes: float, threads: int, batch: int = 32, seed: int
         loss.backward()
         opt.step()
         steps += 1
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if steps % 25 == 0:
             print(f"fm step {steps} loss {np.mean(losses[-25:]):.4f}", flush=True)
     seconds = time.perf_counter() - start
