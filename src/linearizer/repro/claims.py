@@ -290,6 +290,10 @@ def claim_inversion(ctx: Context) -> dict:
         "sigma_max": float(sv[0]),
         "sigma_min": float(sv[-1]),
         "inverted_noise_std": float(x0.to(F64).std()),
+        "note": f"the inverted noise has std {float(x0.to(F64).std()):.3g} (the noise prior: 1): "
+        "B^-1 multiplies the latent components outside the range of A(t) by about T, so exact "
+        "inverses of real images lie far from the Gaussian noise the generator was trained on; "
+        "blending them (the authors' interpolation) leaves the data (see interpolation.png)",
         "images": len(x1),
         **perceptual,
         "how": "x0 = g_noise^-1(B^-1 g_data(x1)) (LU solve in float64), then the one-step "

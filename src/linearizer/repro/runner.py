@@ -146,6 +146,9 @@ def run_repro(
         "figures": {k: str(Path(v).relative_to(out)) for k, v in figures.items()},
         "timings": timings,
         "train_s": train_s,
+        "run_seconds": read_json(run / "run.json").get("seconds")
+        if (run / "run.json").is_file()
+        else None,
         "commands": _commands(command, target, run, preset, out),
         "wall_s": time.perf_counter() - start,
     }
