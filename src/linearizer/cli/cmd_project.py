@@ -57,7 +57,7 @@ def _inputs(args: argparse.Namespace, cfg) -> tuple[dict[str, torch.Tensor], tor
         test = load_images(cfg, "test")[0][:n]
         if args.input == "test":
             return {"test": test}, None
-        return {c: corrupt(test, c, args.seed) for c in CORRUPTIONS}, test
+        return {f"corrupt_{c}": corrupt(test, c, args.seed) for c in CORRUPTIONS}, test
     path = Path(args.input)
     return {path.stem: _file_images(path, (1, cfg.img_size, cfg.img_size))[:n]}, None
 
