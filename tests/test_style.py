@@ -10,6 +10,7 @@ import torch
 from linearizer.cli.main import main
 from linearizer.errors import LinearizerError
 from linearizer.invertible import cpu_network
+from linearizer.io import read_json
 from linearizer.style import (
     GatysSettings,
     IndexStyleNet,
@@ -249,6 +250,10 @@ def test_smoke_training_and_commands(smoke_run, capsys):
         == 0
     )
     assert (root / "strip.png").is_file()
+    assert main(["style", "evaluate", str(run), "--frames", "3", "--out", str(root / "ev")]) == 0
+    results = read_json(root / "ev" / "results.json")
+    assert results["mix"]["rel_err"] <= 1e-5 and results["mix_float64"]["rel_err"] <= 1e-10
+    assert "index_interpolation" in results and (root / "ev" / "REPORT.md").is_file()
 
 
 @pytest.mark.parametrize(

@@ -292,7 +292,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="NAME=IMG",
-        help="a style image (repeatable; default: stain, hubble, retina, gravel from "
+        help="a style image (repeatable; default: stain, logo, retina, gravel from "
         "scikit-image's bundled photos)",
     )
     t.add_argument("--out", required=True, metavar="DIR", help="targets folder")

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from ..data import save_grid, save_strip
 from ..errors import LinearizerError
-from ..io import read_json, write_json
+from ..io import read_json, write_json, write_text
 from ..metrics import psnr, ssim
 from .bank import IndexStyleNet, StyleBank, StyleModel
 from .task import StyleData
@@ -84,6 +84,7 @@ def mixing_errors(bank: StyleBank, x: Tensor, dtype: torch.dtype = torch.float32
     plain = x if model.same_sides else model.decode(model.encode(x))
     space = model.space_y
     worst, errors = ("", 0.0), []
+    by_style = dict.fromkeys(model.styles, 0.0)
     for label, w, w0 in weight_cases(len(model.styles)):
         lhs = model.apply_weights(x, w, w0)
         coeffs, vecs = list(w), list(singles)
@@ -95,12 +96,16 @@ def mixing_errors(bank: StyleBank, x: Tensor, dtype: torch.dtype = torch.float32
         errors.append(err)
         if err >= worst[1]:
             worst = (label, err)
+        for name, ws in zip(model.styles, w):
+            if ws != 0.0:
+                by_style[name] = max(by_style[name], err)
     errors_t = torch.tensor(errors)
     return {
         "rel_err": float(errors_t.max()),
         "median": float(errors_t.median()),
         "cases": len(errors),
         "worst_case": worst[0],
+        "rel_err_by_style": by_style,
         "dtype": str(dtype).split(".")[-1],
     }
 
@@ -274,6 +279,7 @@ def evaluate_bank(
     if extra:
         results.update(extra)
     write_json(out / "results.json", results)
+    write_text(out / "REPORT.md", render_report(results))
     return results
 
 
@@ -284,3 +290,69 @@ def run_seconds(run_dir: str | Path) -> float | None:
         return None
     value = read_json(path).get("seconds")
     return None if value is None else round(float(value), 2)
+
+
+def render_report(results: dict[str, Any]) -> str:
+    """A Markdown summary of :func:`evaluate_bank`'s results (written as ``REPORT.md``)."""
+    mix, mix64 = results["mix"], results["mix_float64"]
+    lines = [
+        "# Style bank: measurements",
+        "",
+        f"Styles: {', '.join(results['styles'])}; content: {', '.join(results['contents'])}.",
+        "",
+        "## Mixing exactness",
+        "",
+        "Relative error of `f_w(x)` (one pass through the mixed operator) against the "
+        "induced-space combination of the separately stylised images, worst case over "
+        f"{mix['cases']} weightings (pairs, mixtures of all styles, signed weights, strengths, "
+        "an extrapolation).",
+        "",
+        "| dtype | worst | median | worst case |",
+        "|---|---|---|---|",
+    ]
+    for m in (mix, mix64):
+        lines.append(
+            f"| {m['dtype']} | {m['rel_err']:.2e} | {m['median']:.2e} | {m['worst_case']} |"
+        )
+    by = mix.get("rel_err_by_style", {})
+    if by:
+        worst = ", ".join(f"{k} {v:.1e}" for k, v in by.items())
+        lines += ["", f"Worst float32 error of the cases involving each style: {worst}."]
+    fid = results["fidelity"]
+    cols = [k for k in ("bank", "index", "identity") if k in fid]
+    lines += [
+        "",
+        "## Fidelity to the targets (PSNR dB / SSIM)",
+        "",
+        "| style | " + " | ".join(cols) + " |",
+        "|---" * (len(cols) + 1) + "|",
+    ]
+    for name in results["styles"]:
+        cells = [f"{fid[c][name]['psnr']:.2f} / {fid[c][name]['ssim']:.3f}" for c in cols]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    interp = results["index_interpolation"]
+    lines += [
+        "",
+        f"## Interpolation strips ({interp['frames']} frames, mean over {interp['pairs']} pairs)",
+        "",
+        "| model | path_dev_g | path_ratio | step_unevenness | curvature |",
+        "|---|---|---|---|---|",
+    ]
+    for who, label in (("ours", "operator mixing (ours)"), ("index", "index interpolation")):
+        if who in interp:
+            m = interp[who]
+            lines.append(
+                f"| {label} | {m['path_dev_g']:.2e} | {m['path_ratio']:.3f} | "
+                f"{m['step_unevenness']:.2f} | {m['curvature']:.3f} |"
+            )
+    timing = results.get("wall_time_s", {})
+    if timing:
+        lines += [
+            "",
+            f"## Wall time ({results.get('threads', '?')} threads)",
+            "",
+            "| phase | seconds |",
+            "|---|---|",
+        ]
+        lines += [f"| {k} | {v:.0f} |" for k, v in timing.items() if v is not None]
+    return "\n".join(lines) + "\n"

@@ -3,7 +3,7 @@
 The styles folder (``--styles DIR``, as written by ``linearizer style targets``) holds one
 sub-folder per style with one stylised image per content image, named after it::
 
-    DIR/stain/chelsea.png   DIR/hubble/chelsea.png   ...
+    DIR/stain/chelsea.png   DIR/logo/chelsea.png     ...
 
 Your own stylised images work the same way. With a single content image, a flat folder of
 ``<style>.png`` files is accepted too. The loss is the authors': the pixel distance between
