@@ -31,33 +31,14 @@ from linearizer.compat.official import (
 )
 from linearizer.compat.pickle_reader import read_torch_checkpoint, unpickle_restricted
 from linearizer.errors import LinearizerError
+from official_fixture import CKPT, MANIFEST, load_golden, needs_fixture
 
-OFFICIAL = Path(__file__).resolve().parents[2] / "shared" / "reference" / "official"
-CKPT = OFFICIAL / "checkpoint" / "models" / "model.pth"
-GOLDEN = OFFICIAL / "golden.safetensors"
-MANIFEST = OFFICIAL / "state_dict_manifest.tsv"
 ATOL = 1e-5  # float32 parity bound of issue 7 (the observed worst case is ~7e-6)
-
-needs_fixture = pytest.mark.skipif(
-    not (CKPT.is_file() and GOLDEN.is_file()),
-    reason=f"official reference fixture not found under {OFFICIAL}",
-)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Two intra-op threads on a shared 2-core machine spin against each other (20x slower).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
 def golden():
-    from safetensors.torch import load_file
-
-    return load_file(str(GOLDEN))
+    return load_golden()
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,6 @@ The max abs differences are collected in ``MEASURED`` and printed at the end (``
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -21,27 +19,19 @@ from linearizer.flow import solvers
 from linearizer.flow.objective import flow_loss
 from linearizer.flow.task import load_flow_run
 from linearizer.io import read_json
+from official_fixture import CKPT, load_golden, needs_fixture
 
-OFFICIAL = Path(__file__).resolve().parents[2] / "shared" / "reference" / "official"
-CKPT = OFFICIAL / "checkpoint" / "models" / "model.pth"
-GOLDEN = OFFICIAL / "golden.safetensors"
 RTOL, ATOL, ATOL_MATRIX = 1e-5, 2e-5, 1e-6  # README §5 of the fixture
 
-pytestmark = pytest.mark.skipif(
-    not (CKPT.is_file() and GOLDEN.is_file()),
-    reason=f"official reference fixture not found under {OFFICIAL}",
-)
+pytestmark = needs_fixture
 MEASURED: dict[str, float] = {}
 T = 10
 OURS = {"euler": "euler", "rk": "rk4-authors"}  # their one-step method -> ours
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def report_measured():
     yield
-    torch.set_num_threads(before)
     if MEASURED:
         width = max(map(len, MEASURED))
         print("\nmax abs difference from the official golden tensors:")
@@ -51,9 +41,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def golden():
-    from safetensors.torch import load_file
-
-    return load_file(str(GOLDEN))
+    return load_golden()
 
 
 @pytest.fixture(scope="module")

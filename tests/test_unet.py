@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,32 +10,14 @@ import torch
 from linearizer.errors import LinearizerError
 from linearizer.invertible import set_dropout_seed
 from linearizer.invertible.unet import PaperUNet, ResBlock, paper_network, time_features
+from official_fixture import CKPT, load_golden, needs_fixture
 
-OFFICIAL = Path(__file__).resolve().parents[2] / "shared" / "reference" / "official"
-CKPT = OFFICIAL / "checkpoint" / "models" / "model.pth"
-GOLDEN = OFFICIAL / "golden.safetensors"
 PREFIX = "net_gx.g.blocks.0.F.cond.net."
-
-needs_fixture = pytest.mark.skipif(
-    not (CKPT.is_file() and GOLDEN.is_file()),
-    reason=f"official reference fixture not found under {OFFICIAL}",
-)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Two intra-op threads on a shared 2-core machine spin against each other (20x slower).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
 def golden():
-    from safetensors.torch import load_file
-
-    return load_file(str(GOLDEN))
+    return load_golden()
 
 
 @pytest.fixture(scope="module")
