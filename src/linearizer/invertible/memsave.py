@@ -11,7 +11,10 @@ backward walks the pieces in reverse; for each piece it
 2. re-runs the piece with gradients on and back-propagates through that one piece,
 
 so the peak memory is one piece's graph (one coupling: one conditioner call) instead of the whole
-network's. The price is one extra inverse and one extra forward per piece in the backward pass.
+network's. The price is recomputation in the backward pass: for a coupling one extra conditioner
+call (its kept half is the same on both sides, so a single call with gradients yields both the
+reconstructed input and the graph to back-propagate through); for ActNorm and the 1x1 mix an
+extra inverse and forward, which are cheap.
 
 The pieces are the finest invertible parts: a :class:`~linearizer.invertible.network.CouplingBlock`
 is split into its ActNorm, its two couplings and its 1x1 mix. Requirements, all met by this
@@ -41,6 +44,7 @@ from torch import Tensor, nn
 
 from .actnorm import ActNorm
 from .base import as_cond
+from .coupling import AffineCoupling
 from .network import CouplingBlock, InvertibleNetwork
 from .sequential import InvertibleSequential
 
@@ -119,6 +123,33 @@ def _step(piece: nn.Module, x: Tensor, cond, inverse: bool) -> Tensor:
     return piece.inverse(x, cond) if inverse else piece(x, cond)
 
 
+def _coupling_backward(c: AffineCoupling, y: Tensor, grad: Tensor, cond, inverse: bool, own):
+    """Input, input gradient and parameter gradients of one coupling, from its output.
+
+    The kept half is the same on both sides, so one conditioner call (with gradients) gives the
+    shift and log-scale for both the reconstruction and the recomputation: one call fewer than
+    a generic inverse-then-forward.
+    """
+    changed_y, kept = c._halves(y)
+    with torch.enable_grad():
+        kept_in = kept.detach().requires_grad_(True)
+        shift, log_scale = c.shift_log_scale(kept_in, changed_y.shape[1], cond)
+        with torch.no_grad():
+            if inverse:  # the piece ran as y = x exp(-l) - s
+                changed_x = (changed_y + shift) * torch.exp(log_scale)
+            else:  # y = (x + s) exp(l)
+                changed_x = changed_y * torch.exp(-log_scale) - shift
+        cx = changed_x.detach().requires_grad_(True)
+        if inverse:
+            out = cx * torch.exp(-log_scale) - shift
+        else:
+            out = (cx + shift) * torch.exp(log_scale)
+        found = torch.autograd.grad(
+            c._join(out, kept_in), [cx, kept_in, *own], grad, allow_unused=True
+        )
+    return c._join(changed_x, kept), c._join(found[0], found[1]), found[2:]
+
+
 class _MemorySaving(torch.autograd.Function):
     """One autograd node for a chain of invertible pieces; stores only the chain's output."""
 
@@ -141,15 +172,18 @@ class _MemorySaving(torch.autograd.Function):
         grads: list[Tensor | None] = [None] * len(ctx.params)
         y, grad = y.detach(), grad_y
         for piece in reversed(ctx.order):
-            with torch.no_grad():  # the piece's input, from its output through the exact inverse
-                x = _step(piece, y, ctx.cond, not ctx.inverse)
             own = [p for p in piece.parameters() if id(p) in slot]
-            with torch.enable_grad():
-                x_in = x.detach().requires_grad_(True)
-                out = _step(piece, x_in, ctx.cond, ctx.inverse)
-                found = torch.autograd.grad(out, [x_in, *own], grad, allow_unused=True)
-            grad = found[0]
-            for p, g in zip(own, found[1:]):
+            if isinstance(piece, AffineCoupling):
+                x, grad, found = _coupling_backward(piece, y, grad, ctx.cond, ctx.inverse, own)
+            else:
+                with torch.no_grad():  # the piece's input, from its output by the exact inverse
+                    x = _step(piece, y, ctx.cond, not ctx.inverse)
+                with torch.enable_grad():
+                    x_in = x.detach().requires_grad_(True)
+                    out = _step(piece, x_in, ctx.cond, ctx.inverse)
+                    found = torch.autograd.grad(out, [x_in, *own], grad, allow_unused=True)
+                grad, found = found[0], found[1:]
+            for p, g in zip(own, found):
                 if g is not None:
                     k = slot[id(p)]
                     grads[k] = g if grads[k] is None else grads[k] + g
