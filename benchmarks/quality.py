@@ -196,6 +196,7 @@ def evaluate(out: Path, n: int, threads: int, extra_runs: list[str], tol: float)
                "ms_per_image": 1e3 * seconds / n, "fid": fid, **extra}  # fmt: skip
         print(json.dumps(row), flush=True)
         rows.append(row)
+        write_json(out / "quality.partial.json", {"samples": n, "rows": rows})
 
     runs = [("ours (cpu preset)", out / "linearizer-cpu")]
     runs += [(f"ours ({r})", Path(r)) for r in extra_runs]
