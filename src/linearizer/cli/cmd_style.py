@@ -228,12 +228,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         index=index,
         frames=args.frames,
         wall_time=wall,
-        extra={"runs": {"bank": str(args.run), "index": args.index_run}},
+        image_format=args.image_format,
+        single_strips=args.single_strips,
+        extra={
+            "runs": {"bank": str(args.run), "index": args.index_run},
+            "train_threads": cfg.threads,
+        },
     )
     mix = results["mix"]
     print(
-        f"mixing rel. error (float32): {mix['rel_err']:.2e} over {mix['cases']} cases; "
-        f"float64: {results['mix_float64']['rel_err']:.2e}"
+        f"mixing rel. error, float32: {mix['rel_err']:.2e} (convex, {mix['cases']} cases), "
+        f"{mix['rel_err_general']:.2e} (all {mix['general_cases']}); "
+        f"float64: {results['mix_float64']['rel_err_general']:.2e} (all)"
     )
     interp = results["index_interpolation"]
     for who in ("ours", "index"):
@@ -378,4 +384,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="extra wall times to record (e.g. targets=95)",
     )
     e.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    e.add_argument(
+        "--image-format",
+        choices=["png", "jpg"],
+        default="png",
+        help="pictures as PNG, or JPEG (much smaller for noisy textures; for committed docs)",
+    )
+    e.add_argument(
+        "--single-strips",
+        action="store_true",
+        help="also write each model's strips separately (strip_A_B*.png)",
+    )
     e.set_defaults(func=cmd_evaluate)

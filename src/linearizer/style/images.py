@@ -137,6 +137,24 @@ def save_image(image: Tensor, path: str | os.PathLike) -> Path:
     return write_bytes(path, buf.getvalue())
 
 
+def save_picture(images: Tensor, path: str | os.PathLike, nrow: int, quality: int = 90) -> Path:
+    """A grid of ``images [N, 3, H, W]`` (``nrow`` per row) as PNG or JPEG, by ``path``'s suffix.
+
+    JPEG keeps committed pictures of noisy textures small (PNG barely compresses them).
+    """
+    from ..data import grid_array
+
+    path = Path(path)
+    fmt = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG"}.get(path.suffix.lower())
+    if fmt is None:
+        raise LinearizerError(f"pictures are written as .png or .jpg, got {path.name}")
+    array = grid_array(images.detach().cpu().clamp(0, 1), nrow=nrow)
+    buf = io.BytesIO()
+    options = {"quality": quality, "subsampling": 0} if fmt == "JPEG" else {"optimize": True}
+    Image.fromarray(array).save(buf, format=fmt, **options)
+    return write_bytes(path, buf.getvalue())
+
+
 def list_images(folder: str | os.PathLike) -> list[Path]:
     """Image files directly inside ``folder``, sorted by name."""
     folder = Path(folder)
