@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..invertible.factory import make_network
 from ..operators.lora import TimeLoRA
 from .config import FlowConfig
 from .model import OneStepFlow
@@ -9,30 +10,11 @@ from .model import OneStepFlow
 
 def build_flow(cfg: FlowConfig, channels: int = 1) -> OneStepFlow:
     """The network and operator ``cfg`` describes, freshly initialised (seeded by the caller)."""
-    if cfg.network == "paper":
-        from ..invertible.unet import paper_network
-
-        net = paper_network(
-            in_channels=channels,
-            img_size=cfg.img_size,
-            num_blocks=cfg.blocks,
-            model_channels=cfg.hidden,
-            dropout=cfg.dropout,
-            channel_mult=cfg.unet_channel_mult,
-            unet_blocks=cfg.unet_blocks,
-            attn_resolutions=cfg.unet_attn,
-        )
-    else:
-        from ..invertible.network import cpu_network
-
-        net = cpu_network(
-            in_channels=channels,
-            num_blocks=cfg.blocks,
-            hidden=cfg.hidden,
-            clamp_mode=cfg.clamp_mode,
-            clamp=cfg.clamp,
-            dropout=cfg.dropout,
-        )
+    net = make_network(
+        cfg.network, channels, cfg.img_size, cfg.blocks, cfg.hidden, dropout=cfg.dropout,
+        clamp=cfg.clamp, clamp_mode=cfg.clamp_mode, channel_mult=cfg.unet_channel_mult,
+        unet_blocks=cfg.unet_blocks, attn_resolutions=cfg.unet_attn,
+    )  # fmt: skip
     dim = channels * cfg.img_size * cfg.img_size
     op = TimeLoRA(
         dim,

@@ -463,27 +463,12 @@ class IndexStyleNet(StyleModel):
 
 def build_style_model(cfg: Any, styles: Sequence[str], channels: int = 3) -> StyleModel:
     """The model a :class:`~linearizer.style.config.StyleConfig` describes (freshly initialised)."""
-    if cfg.network == "paper":
-        from ..invertible.unet import paper_network
+    from ..invertible.factory import make_network
 
-        g = paper_network(
-            in_channels=channels,
-            img_size=cfg.img_size,
-            num_blocks=cfg.blocks,
-            model_channels=cfg.hidden,
-            dropout=cfg.dropout,
-        )
-    else:
-        from ..invertible.network import cpu_network
-
-        g = cpu_network(
-            in_channels=channels,
-            num_blocks=cfg.blocks,
-            hidden=cfg.hidden,
-            clamp_mode=cfg.clamp_mode,
-            clamp=cfg.clamp,
-            dropout=cfg.dropout,
-        )
+    g = make_network(
+        cfg.network, channels, cfg.img_size, cfg.blocks, cfg.hidden, dropout=cfg.dropout,
+        clamp=cfg.clamp, clamp_mode=cfg.clamp_mode,
+    )  # fmt: skip
     common = dict(
         channels=channels,
         operator=cfg.operator,
