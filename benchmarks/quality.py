@@ -256,7 +256,11 @@ def plot(result: dict, folder: Path) -> list[Path]:
     paths = []
     for key, label, name in (
         ("nfe", "network evaluations (ours: g passes)", "fid_vs_nfe.png"),
-        ("ms_per_image", "sampling time per image (ms, 2 CPU threads)", "fid_vs_time.png"),
+        (
+            "ms_per_image",
+            f"sampling time per image (ms, {result['threads']} CPU thread(s))",
+            "fid_vs_time.png",
+        ),
     ):
         fig, ax = plt.subplots(figsize=(6, 4))
         for model in dict.fromkeys(r["model"] for r in rows):
@@ -267,7 +271,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
             style = "o-" if model == "flow matching" else "s"
             ax.plot(xs, ys, style, label=model)
             for x, y, m in pts:
-                ax.annotate(m.split(",")[0], (x, y), fontsize=6, xytext=(3, 3),
+                ax.annotate(_short(m), (x, y), fontsize=6, xytext=(3, 3),
                             textcoords="offset points")  # fmt: skip
         ax.axhline(real, color="gray", ls="--", lw=0.8, label=f"{result['samples']} real images")
         ax.set_xscale("log")
@@ -281,6 +285,17 @@ def plot(result: dict, folder: Path) -> list[Path]:
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def _short(method: str) -> str:
+    """A short point label: 'NFE 4', 'RK45', '1-step T=100', 'multi T=100'."""
+    if method.startswith("Euler,"):
+        return "NFE " + method.split()[1]
+    if method.startswith("RK45"):
+        return "RK45"
+    if method.startswith("one-step"):
+        return "1-step " + method.split("T=")[1].split()[0]
+    return "multi T=100"
 
 
 def main(argv: list[str] | None = None) -> None:
