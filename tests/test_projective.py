@@ -248,3 +248,18 @@ def test_dry_run_picks_the_ign_preset(capsys):
     assert main(["train", "projective", "--preset", "cpu", "--baseline", "ign", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert '"model": "ign"' in out and '"betas": [\n    0.5' in out
+
+
+def test_ign_is_evaluated_with_batch_statistics_without_touching_the_model():
+    from linearizer.projective.evaluate import apply, as_trained
+
+    torch.manual_seed(0)
+    net = IGN(img_size=8, width=4, latent=8).eval()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    x = torch.rand(6, *SHAPE)
+    twin = as_trained(net)
+    assert twin is not net and any(m.training for m in twin.modules())
+    assert torch.allclose(apply(net, x), twin(x))
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
+    ours = random_model("orthogonal", torch.float32)
+    assert as_trained(ours) is ours

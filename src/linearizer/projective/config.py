@@ -61,6 +61,9 @@ class ProjectiveConfig(TrainConfig):
     # --- IGN baseline -------------------------------------------------------------------------
     ign_width: int = option(8, "IGN: channels of the first encoder conv (doubling per level)")
     ign_latent: int = option(32, "IGN: bottleneck channels (1x1 spatial)")
+    ign_norm: Literal["batch", "group"] = option(
+        "batch", "IGN: normalisation layers (batch as DCGAN/IGN; group: per-image)"
+    )
     idem_weight: float = option(20.0, "IGN: weight of the idempotence loss")
     tight_weight: float = option(2.5, "IGN: weight of the (negative) tightness loss")
     tight_clamp: float = option(1.5, "IGN: a of tanh(L_tight / (a L_rec)) * a L_rec")

@@ -15,10 +15,14 @@ Keys of ``results.json`` (flat, dotted; ``<m>`` is ``ours`` or ``ign``):
   input itself. Outputs are clamped to [0, 1] first, as they are shown.
 * ``lenet.<m>.confidence`` and ``lenet.<m>.classes``: the classifier's mean top probability and
   class histogram on ``f(noise)`` (mode collapse shows in the histogram).
+
+Models with BatchNorm (IGN) are applied as they were trained, with batch statistics, in
+batches of 500 inputs of one family (:func:`as_trained`).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from pathlib import Path
@@ -70,9 +74,24 @@ def input_families(cfg: ProjectiveConfig, n: int, seed: int = 0) -> dict[str, Te
     return fams
 
 
+def as_trained(model: nn.Module) -> nn.Module:
+    """The map as it was trained: a copy with BatchNorm layers on batch statistics (IGN), or
+    ``model`` itself when it has none (ours). In eval mode BatchNorm would use running
+    statistics averaged over data, noise and generated batches alike, a map IGN never trained."""
+    if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        return model
+    twin = copy.deepcopy(model).eval()
+    for m in twin.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.train()
+    return twin
+
+
 @torch.no_grad()
 def apply(model: nn.Module, x: Tensor, batch: int = BATCH) -> Tensor:
-    """``model(x)`` in batches, float32, on the model's device; the result on the CPU."""
+    """``model(x)`` in batches (of one family each: BatchNorm models see batch statistics),
+    float32, on the model's device; the result on the CPU."""
+    model = as_trained(model)
     p = next(model.parameters())
     return torch.cat(
         [model(x[i : i + batch].to(p.device, p.dtype)).cpu() for i in range(0, len(x), batch)]

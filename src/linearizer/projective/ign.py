@@ -14,12 +14,17 @@ weights, no gradient to them):
 
 ``L = rec_weight L_rec + idem_weight L_idem + tight_weight L_tight`` with IGN's weights
 20, 20, 2.5 and ``a = 1.5``. Images are in [0, 1]; inside, the network works on ``2x - 1`` and
-ends in ``tanh``, as IGN's [-1, 1] convention (the output is ``(tanh + 1) / 2``). Normalisation
-is GroupNorm, not BatchNorm, so ``f`` is a fixed function of one image: the frozen copy, eval
-mode and the idempotence measurements all see the same map.
+ends in ``tanh``, as IGN's [-1, 1] convention (the output is ``(tanh + 1) / 2``).
+
+Normalisation is BatchNorm, as in DCGAN and IGN (``norm="batch"``). With per-image GroupNorm
+(``norm="group"``) this small network collapsed on MNIST within 300 steps: every output went to
+the black background, a constant map that is exactly idempotent, where ``L_idem`` and
+``L_tight`` are both zero and the saturated tanh leaves ``L_rec`` no gradient. Batch statistics
+keep outputs varying across the batch during training and it escaped. In eval mode BatchNorm
+uses its running statistics, so the trained ``f`` is a fixed function of one image.
 
 >>> import torch
->>> net = IGN(img_size=16, width=4, latent=8)
+>>> net = IGN(img_size=16, width=4, latent=8).eval()
 >>> net(torch.rand(2, 1, 16, 16)).shape
 torch.Size([2, 1, 16, 16])
 """
@@ -35,7 +40,9 @@ from torch.func import functional_call
 from ..errors import LinearizerError
 
 
-def _norm(channels: int) -> nn.GroupNorm:
+def _norm(channels: int, kind: str) -> nn.Module:
+    if kind == "batch":
+        return nn.BatchNorm2d(channels)
     groups = next(g for g in (8, 4, 2, 1) if channels % g == 0)
     return nn.GroupNorm(groups, channels)
 
@@ -44,8 +51,17 @@ class IGN(nn.Module):
     """Encoder: stride-2 4x4 convs down to 4x4, then a 4x4 conv to ``latent`` channels at 1x1;
     decoder: the mirror with transposed convs. ``img_size`` must be a power of 2, >= 8."""
 
-    def __init__(self, channels: int = 1, img_size: int = 32, width: int = 8, latent: int = 32):
+    def __init__(
+        self,
+        channels: int = 1,
+        img_size: int = 32,
+        width: int = 8,
+        latent: int = 32,
+        norm: str = "batch",
+    ) -> None:
         super().__init__()
+        if norm not in ("batch", "group"):
+            raise LinearizerError(f"IGN norm must be 'batch' or 'group', got {norm!r}")
         if img_size < 8 or img_size & (img_size - 1):
             raise LinearizerError(f"IGN needs a power-of-2 image size >= 8, got {img_size}")
         self.image_shape = (channels, img_size, img_size)
@@ -53,12 +69,12 @@ class IGN(nn.Module):
         enc: list[nn.Module] = [nn.Conv2d(channels, width, 4, 2, 1), nn.LeakyReLU(0.2)]
         ch = width
         for _ in range(levels - 1):
-            enc += [nn.Conv2d(ch, 2 * ch, 4, 2, 1), _norm(2 * ch), nn.LeakyReLU(0.2)]
+            enc += [nn.Conv2d(ch, 2 * ch, 4, 2, 1), _norm(2 * ch, norm), nn.LeakyReLU(0.2)]
             ch *= 2
         enc.append(nn.Conv2d(ch, latent, 4, 1, 0))
-        dec: list[nn.Module] = [nn.ConvTranspose2d(latent, ch, 4, 1, 0), _norm(ch), nn.ReLU()]
+        dec: list[nn.Module] = [nn.ConvTranspose2d(latent, ch, 4, 1, 0), _norm(ch, norm), nn.ReLU()]
         for _ in range(levels - 1):
-            dec += [nn.ConvTranspose2d(ch, ch // 2, 4, 2, 1), _norm(ch // 2), nn.ReLU()]
+            dec += [nn.ConvTranspose2d(ch, ch // 2, 4, 2, 1), _norm(ch // 2, norm), nn.ReLU()]
             ch //= 2
         dec.append(nn.ConvTranspose2d(ch, channels, 4, 2, 1))
         self.encoder = nn.Sequential(*enc)

@@ -32,7 +32,7 @@ def load_images(cfg: ProjectiveConfig, split: str = "train") -> tuple[Tensor, Te
 def build_model(cfg: ProjectiveConfig, channels: int = 1) -> nn.Module:
     """The freshly initialised network ``cfg`` describes (ours or IGN; seeded by the caller)."""
     if cfg.model == "ign":
-        return IGN(channels, cfg.img_size, cfg.ign_width, cfg.ign_latent)
+        return IGN(channels, cfg.img_size, cfg.ign_width, cfg.ign_latent, cfg.ign_norm)
     shape = (channels, cfg.img_size, cfg.img_size)
     flag = None
     if cfg.network == "paper":
@@ -88,9 +88,12 @@ class ProjectiveTask:
                                match_weight=cfg.match_weight, directions=dirs)  # fmt: skip
 
     def on_eval(self, model: nn.Module, step: int, run_dir: Path) -> dict[str, object]:
+        from .evaluate import as_trained
+
+        f = as_trained(model)
         noise = self.grid_noise.to(next(model.parameters()).device)
-        y = model(noise)
-        yy = model(y)
+        y = f(noise)
+        yy = f(y)
         rel = ((yy - y).flatten(1).norm(dim=1) / y.flatten(1).norm(dim=1).clamp_min(1e-30)).max()
         path = Path(run_dir) / "samples" / f"step_{step:08d}.png"
         save_grid(y.clamp(0, 1).cpu(), path, scale=2)
