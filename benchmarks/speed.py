@@ -9,7 +9,8 @@ initialised weights (ActNorms data-initialised; speed does not depend on trainin
 * one training step (loss, backward, Adam) at batch 32 and 128: ours, ours with memory-saving
   backprop, and the reference (:mod:`reference`);
 * building the one-step matrix B for T = 100 and 1000, Euler and RK4: ours (``solvers.collapse``,
-  float64), the blocked collapse proposed in :mod:`blocked` (float64 and float32) and the
+  float64 and float32), our earlier step-by-step collapse (the identity basis pushed through
+  ``solvers.integrate``, float64) and the
   reference's dense products (float32; its 'rk' is the Simpson-averaged generator, not RK4);
 * multi-step sampling (T = 100) and one-step sampling (B built beforehand) at batch 256;
 * one g pass forward and inverse at batch 256 (the one-step floor is their sum);
@@ -44,7 +45,6 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from blocked import collapse_blocked  # noqa: E402
 from reference import Reference, parity  # noqa: E402
 
 from linearizer.flow import solvers  # noqa: E402
@@ -139,7 +139,7 @@ def measure(case: dict) -> dict:
             if impl == "reference":
                 fn = lambda: ref.sampling_matrix(steps, REF_METHOD[method])  # noqa: E731
             else:
-                how = collapse_blocked if impl == "ours-blocked" else solvers.collapse
+                how = _stepwise_collapse if impl == "ours-stepwise" else solvers.collapse
                 fn = lambda: how(model.op, steps=steps, method=method, dtype=dtype)  # noqa: E731
             return _time_calls(fn, repeats, budget, quick)
         x0 = torch.randn(case["batch"], *shape, generator=gen)
@@ -204,6 +204,12 @@ def _top(p, rows: int = 12) -> list[dict]:
     ]  # fmt: skip
 
 
+def _stepwise_collapse(op, *, steps: int, method: str, dtype: torch.dtype):
+    """Our first collapse: the identity basis pushed through the multi-step sampler."""
+    eye = torch.eye(op.in_features, dtype=dtype)
+    return solvers.integrate(op, eye, steps=steps, method=method).T
+
+
 # --- the plan ----------------------------------------------------------------------------------
 def plan(arch: str, quick: bool, threads: int) -> list[dict]:
     big = not quick
@@ -218,8 +224,9 @@ def plan(arch: str, quick: bool, threads: int) -> list[dict]:
     long = big and arch == "paper"
     for steps in ((100, 1000) if long else (100,)) if big else (10,):
         for method in ("euler", "rk4"):
-            for impl, dtype in (("ours", "float64"), ("ours-blocked", "float64"),
-                                ("ours-blocked", "float32"), ("reference", "float32")):  # fmt: skip
+            for impl, dtype in (("ours", "float64"), ("ours", "float32"),
+                                ("ours-stepwise", "float64"),
+                                ("reference", "float32")):  # fmt: skip
                 cases.append({**base, "task": "collapse", "impl": impl, "steps": steps,
                               "method": method, "dtype": dtype})  # fmt: skip
     sample = 256 if big else 8
@@ -313,19 +320,18 @@ def summarize(results: list[dict], arch: str, quick: bool) -> tuple[list[list[st
         for method in ("euler", "rk4"):
             m = dict(task="collapse", steps=steps, method=method, **a)
             ours = _find(results, impl="ours", dtype="float64", **m)
-            b64 = _find(results, impl="ours-blocked", dtype="float64", **m)
-            b32 = _find(results, impl="ours-blocked", dtype="float32", **m)
+            o32 = _find(results, impl="ours", dtype="float32", **m)
+            old = _find(results, impl="ours-stepwise", dtype="float64", **m)
             ref = _find(results, impl="reference", **m)
-            if not any((ours, b64, b32, ref)):
+            if not any((ours, o32, old, ref)):
                 continue
             label = f"B, T={steps}, {method} (s)" + (" [ref: 'rk']" if method == "rk4" else "")
-            variant = f"{fmt(b64)} / {fmt(b32)}"
+            variant = f"f32 {fmt(o32)} / stepwise f64 {fmt(old)}"
             rows.append([label, fmt(ours), variant, fmt(ref),
-                         f"{_x(ratio(ours, ref))}; blocked {_x(ratio(b64, ref))} / "
-                         f"{_x(ratio(b32, ref))}"])  # fmt: skip
+                         f"{_x(ratio(ours, ref))}; f32 {_x(ratio(o32, ref))}"])  # fmt: skip
             if steps == 1000 and method == "euler":
                 checks["B_T1000_20x"] = ratio(ours, ref)
-                checks["B_T1000_20x_blocked_f64"] = ratio(b64, ref)
+                checks["B_T1000_20x_f32"] = ratio(o32, ref)
     for method in ("euler", "rk4"):
         m = dict(task="multistep", method=method, **a)
         ours, ref = _find(results, impl="ours", **m), _find(results, impl="reference", **m)
@@ -357,7 +363,7 @@ def _x(value: float | None) -> str:
 
 
 def table(rows: list[list[str]]) -> str:
-    head = ["measurement", "ours", "ours: memsave / blocked f64 / f32", "reference"]
+    head = ["measurement", "ours", "ours: memsave / f32, stepwise", "reference"]
     head.append("reference / ours")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]

@@ -154,3 +154,32 @@ def test_bad_schedule_is_a_clear_error(kwargs):
     args = {"steps": 10, "method": "euler", "final": "skip"} | kwargs
     with pytest.raises(LinearizerError):
         solvers.integrate(SmoothLoRA(), torch.zeros(1, D, dtype=torch.float64), **args)
+
+
+@pytest.mark.parametrize("method", solvers.METHODS)
+@pytest.mark.parametrize("final", solvers.FINALS)
+def test_blocked_collapse_equals_stepping_the_identity(method, final):
+    """The blocked collapse is the identity basis pushed through ``integrate``, for any block."""
+    op = SmoothLoRA(seed=5)
+    eye = torch.eye(D, dtype=torch.float64)
+    want = solvers.integrate(op, eye, steps=9, method=method, final=final).T
+    seen = []
+    for block in (None, 1, 3, 8, 100):
+        got = solvers.collapse(op, steps=9, method=method, final=final, block=block,
+                               callback=seen.append)  # fmt: skip
+        assert torch.allclose(got, want, atol=1e-13 * want.abs().max().item(), rtol=0)
+    assert seen[-1]["i"] == 7 and seen[-1]["steps"] == 8
+
+
+def test_collapse_float32_accumulation_is_close():
+    op = SmoothLoRA(seed=6)
+    b64 = solvers.collapse(op, steps=50, method="rk4")
+    b32 = solvers.collapse(op, steps=50, method="rk4", dtype=torch.float32)
+    assert b32.dtype == torch.float32
+    assert ((b32.double() - b64).norm() / b64.norm()).item() < 1e-5
+
+
+@pytest.mark.parametrize("block", [0, -2, 1.5])
+def test_collapse_rejects_bad_block(block):
+    with pytest.raises(LinearizerError, match="block"):
+        solvers.collapse(SmoothLoRA(), steps=5, block=block)

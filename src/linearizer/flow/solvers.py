@@ -4,11 +4,12 @@ The model predicts x1 in the latent: ``A(t) z`` is the predicted data latent, so
 ``v(z, t) = (A(t) z - z) / (1 - t)`` — a *linear* ODE ``z' = L(t) z``. Every solver step is
 therefore a matrix ``M_i`` and T steps collapse into ``B = M_{T-2} ... M_0`` (column convention).
 
-One code path serves both uses: :func:`integrate` propagates a batch of row vectors. Applied to
-samples it is the multi-step sampler; applied to the rows of the identity it yields ``B^T`` — so
-the collapsed matrix equals the multi-step result by construction, up to rounding, for every
-method including RK4 (whose stage products ``(I + h/2 K1) ...`` are nested automatically). Each
-step costs O(D^2 r) through the low-rank factors; no D x D x D product is ever formed.
+One step function serves both uses: :func:`integrate` propagates a batch of row vectors (the
+multi-step sampler), and :func:`collapse` runs the *same* ``_step`` on the low-rank factors to
+build B, so the collapsed matrix equals the multi-step result up to rounding for every method,
+including RK4 (whose stage products ``(I + h/2 K1) ...`` are nested automatically). No
+``D x D x D`` product is ever formed: steps are taken in blocks, each costing small ``K x K``
+updates (``K`` = r x stage times in the block) and two ``D x K x D`` products.
 
 The singularity at t = 1. ``1/(1 - t)`` blows up at t = 1, so like the authors we integrate over
 the grid ``t_i = i/T``, ``i = 0 .. T-2`` and stop at ``t = 1 - 1/T`` (``final="skip"``). On the
@@ -59,24 +60,29 @@ def stage_times(steps: int, method: str) -> list[tuple[float, ...]]:
 class _Factors:
     """A(t) at a fixed list of times, evaluated once in chunks and cast to the working dtype."""
 
-    def __init__(self, op: LinearOperator, times: list[float], dtype: torch.dtype, chunk: int = 64):
+    def __init__(
+        self, op: LinearOperator, times: list[float], dtype: torch.dtype, chunk: int = 256
+    ) -> None:
         self.index = {t: k for k, t in enumerate(dict.fromkeys(times))}
         unique = list(self.index)
         ref = next(op.parameters())
-        us, vs, mats = [], [], []
+        self.u: Tensor | None = None
+        self.v: Tensor | None = None
+        self.mats: list[Tensor] = []
         with torch.no_grad():
             for s in range(0, len(unique), chunk):
                 tt = torch.tensor(unique[s : s + chunk], dtype=ref.dtype, device=ref.device)
                 fac = op.factors(tt)
                 if fac is None:
-                    mats.extend(op.matrix(float(t)).to(dtype) for t in tt)
-                else:
-                    # A one-element chunk may come back unbatched ([D, r]).
-                    us.append(fac[0].to(dtype).reshape(len(tt), *fac[0].shape[-2:]))
-                    vs.append(fac[1].to(dtype).reshape(len(tt), *fac[1].shape[-2:]))
-        self.u = torch.cat(us) if us else None
-        self.v = torch.cat(vs) if vs else None
-        self.mats = mats
+                    self.mats.extend(op.matrix(float(t)).to(dtype) for t in tt)
+                    continue
+                if self.u is None:  # filled in place: one cast-and-copy pass, no concatenation
+                    kw = {"dtype": dtype, "device": ref.device}
+                    self.u = torch.empty(len(unique), *fac[0].shape[-2:], **kw)
+                    self.v = torch.empty(len(unique), *fac[1].shape[-2:], **kw)
+                # A one-element chunk may come back unbatched ([D, r]).
+                self.u[s : s + len(tt)].copy_(fac[0].reshape(len(tt), *fac[0].shape[-2:]))
+                self.v[s : s + len(tt)].copy_(fac[1].reshape(len(tt), *fac[1].shape[-2:]))
 
     def apply(self, z: Tensor, t: float) -> Tensor:
         """``A(t) z`` for every row of ``z``."""
@@ -150,13 +156,118 @@ def collapse(
     final: str = "skip",
     dtype: torch.dtype = torch.float64,
     callback: Callback | None = None,
+    block: int | None = None,
 ) -> Tensor:
     """The one-step matrix B (column convention: ``z_T = B z_0``) of ``integrate``.
 
-    Built by integrating the identity basis, so ``B z0`` equals ``integrate(op, z0)`` up to
-    rounding for every method. Accumulates in ``dtype`` (float64 by default).
+    The same solver step as ``integrate`` runs on the rank-r factors in blocks of ``block`` steps
+    (default: about 128 factor columns per block); see :class:`_Span` for why this is exact.
+    Operators without low-rank factors fall back to integrating the identity basis step by step.
+    Accumulates in ``dtype`` (float64 by default). ``callback`` receives ``{"i", "t", "steps"}``
+    after each block.
+
+    >>> from linearizer.operators.lora import TimeLoRA
+    >>> op = TimeLoRA(16, 2, emb_dim=8, hidden=16).double()
+    >>> b = collapse(op, steps=12, method="rk4", block=5)
+    >>> z0 = torch.randn(3, 16, dtype=torch.float64)
+    >>> bool(torch.allclose(z0 @ b.T, integrate(op, z0, steps=12, method="rk4"), atol=1e-12))
+    True
     """
+    check_schedule(steps, method, final)
+    if block is not None and (int(block) != block or block < 1):
+        raise LinearizerError(f"block must be a positive integer, got {block!r}")
+    h = 1.0 / steps
+    plan = stage_times(steps, method)
+    extra = [1.0 - h] if final == "predict" else []
+    fac = _Factors(op, [t for ts in plan for t in ts] + extra, dtype)
     ref = next(op.parameters())
     eye = torch.eye(op.in_features, dtype=dtype, device=ref.device)
-    rows = integrate(op, eye, steps=steps, method=method, final=final, callback=callback)
-    return rows.T.contiguous()
+    if fac.u is None:
+        rows = integrate(op, eye, steps=steps, method=method, final=final, callback=callback)
+        return rows.T.contiguous()
+    if block is None:
+        block = max(1, 128 // (fac.u.shape[-1] * (1 if method == "euler" else 2)))
+    y = eye
+    for start in range(0, len(plan), block):
+        chunk = plan[start : start + block]
+        last = start + block >= len(plan)
+        y = _collapse_block(fac, y, chunk, extra if last else [], h, method, first=start == 0)
+        if callback is not None:
+            i = start + len(chunk) - 1
+            callback({"i": i, "t": chunk[-1][0] + h, "steps": len(plan)})
+    return y
+
+
+class _Span:
+    """``pi * Y0 + U_blk @ r @ Q`` inside one block of steps (``r``: ``[K, K]``).
+
+    ``Y0`` is the matrix at the start of the block, ``U_blk`` (``[D, K]``) the block's U(t)
+    factors side by side (``K = r x`` distinct stage times) and ``Q = V_blk^T Y0``. Every
+    quantity a solver step forms from ``Y0`` has this shape, because
+    ``A(t) X = U(t) V(t)^T X = U(t) (pi E_t + G_t r) Q`` with ``G = V_blk^T U_blk`` and ``E_t``
+    the rows of the identity that pick time t's factors. So ``_step`` runs unchanged on ``K x K``
+    coefficients instead of ``D x D`` matrices, and the block ends with two ``D x K x D``
+    products; this turns per-step memory traffic over D x D into a few efficient GEMMs.
+    """
+
+    __slots__ = ("pi", "r")
+
+    def __init__(self, pi: float, r: Tensor) -> None:
+        self.pi, self.r = pi, r
+
+    def __add__(self, other: _Span) -> _Span:
+        return _Span(self.pi + other.pi, self.r + other.r)
+
+    def __sub__(self, other: _Span) -> _Span:
+        return _Span(self.pi - other.pi, self.r - other.r)
+
+    def __mul__(self, c: float) -> _Span:
+        return _Span(self.pi * c, self.r * c)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, c: float) -> _Span:
+        return _Span(self.pi / c, self.r / c)
+
+
+class _BlockFactors:
+    """``apply(span, t) = A(t) span`` for the times of one block (the ``_Factors`` interface)."""
+
+    def __init__(self, fac: _Factors, times: list[float]) -> None:
+        slots = list(dict.fromkeys(times))
+        keys = [fac.index[t] for t in slots]
+        d, self.rank = fac.u.shape[1], fac.u.shape[2]
+        # A block's times are consecutive in the factor table, so a slice (a view) selects them.
+        pick = slice(keys[0], keys[-1] + 1) if keys == list(range(keys[0], keys[-1] + 1)) else keys
+        self.u = fac.u[pick].permute(1, 0, 2).reshape(d, len(keys) * self.rank)
+        self.v = fac.v[pick].permute(1, 0, 2).reshape(d, len(keys) * self.rank)
+        self.g = self.v.T @ self.u
+        self.eye = torch.eye(self.g.shape[0], dtype=self.g.dtype, device=self.g.device)
+        self.slot = {t: k for k, t in enumerate(slots)}
+
+    def apply(self, x: _Span, t: float) -> _Span:
+        k = self.slot[t]
+        rows = slice(k * self.rank, (k + 1) * self.rank)
+        out = torch.zeros_like(self.g)
+        torch.addmm(self.eye[rows], self.g[rows], x.r, beta=x.pi, out=out[rows])
+        return _Span(0.0, out)
+
+
+def _collapse_block(
+    fac: _Factors,
+    y0: Tensor,
+    chunk: list[tuple[float, ...]],
+    extra: list[float],
+    h: float,
+    method: str,
+    first: bool,
+) -> Tensor:
+    """``y0`` advanced through the steps of ``chunk`` (and the final jump in ``extra``)."""
+    bf = _BlockFactors(fac, [t for ts in chunk for t in ts] + extra)
+    x = _Span(1.0, torch.zeros_like(bf.g))
+    for ts in chunk:
+        x = _step(bf, x, ts, h, method)  # type: ignore[arg-type]
+    if extra:
+        x = bf.apply(x, extra[0])
+    q = bf.v.T if first else bf.v.T @ y0  # V_blk^T Y0; Y0 = I in the first block
+    return torch.addmm(y0, bf.u @ x.r, q, beta=x.pi)
