@@ -7,7 +7,7 @@
 # tqdm), from the repository root. MNIST comes from $LINEARIZER_DATA (a folder holding the
 # library's mnist.npz cache; by default .gpu-data/, which you can fill here with
 #   mkdir -p .gpu-data && cp ~/.cache/linearizer/mnist.npz .gpu-data/
-# and carry along; it is git-ignored through .git/info/exclude).
+# and carry along; .gitignore lists it).
 #
 #   bash benchmarks/gpu_check.sh [extra gpu_check.py options, e.g. --steps 300]
 set -euo pipefail
