@@ -45,6 +45,13 @@ def test_one_step_equals_multi_step_float64(model64, method):
     assert psnr(one, multi) >= 120
 
 
+@pytest.mark.parametrize("one_step", [True, False])
+def test_sample_builds_no_autograd_graph(model64, one_step):
+    x0 = torch.randn(4, *model64.image_shape, dtype=torch.float64, requires_grad=True)
+    x = model64.sample(x0, steps=5, one_step=one_step)
+    assert x.grad_fn is None and not x.requires_grad
+
+
 def test_authors_rk_matrix_misses_true_rk4(model64):
     x0 = torch.randn(16, *model64.image_shape, dtype=torch.float64)
     with torch.no_grad():

@@ -8,8 +8,9 @@ import pytest
 
 from linearizer.cli.main import main
 from linearizer.flow.task import FlowTask
-from linearizer.io import write_json
+from linearizer.io import read_json, write_json
 from linearizer.repro import claims as claims_module
+from linearizer.repro import runner as runner_module
 from linearizer.training.config import resolve
 from linearizer.training.trainer import train
 
@@ -100,17 +101,29 @@ def test_preset_dry_run_and_no_train(tmp_path, capsys):
     assert main(["repro", "smoke", "--out", str(out), "--no-train"]) == 2
 
 
-def test_interrupted_repro_leaves_no_results(smoke_run, tmp_path, monkeypatch):
+@pytest.mark.parametrize("where", ["claim", "figures"])
+def test_interrupted_repro_keeps_the_previous_outputs(smoke_run, tmp_path, monkeypatch, where):
     out = tmp_path / "out"
-    write_json(out / "results.json", {"stale": True})
+    write_json(out / "results.json", {"previous": True})
+    (out / "figures").mkdir()
+    (out / "figures" / "samples.png").write_bytes(b"previous")
 
-    def boom(ctx):
+    def interrupted_claim(ctx):
         raise KeyboardInterrupt
 
-    monkeypatch.setitem(claims_module.CLAIMS, "linearity", boom)
+    def interrupted_figures(ctx, folder):
+        folder.mkdir(parents=True)
+        (folder / "samples.png").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    if where == "claim":
+        monkeypatch.setitem(claims_module.CLAIMS, "linearity", interrupted_claim)
+    else:
+        monkeypatch.setattr(runner_module, "_figures", interrupted_figures)
     assert main(["repro", str(smoke_run), "--out", str(out), *QUICK]) == 130
-    assert not (out / "results.json").exists()
-    assert not list(out.glob(".results.json.*"))
+    assert read_json(out / "results.json") == {"previous": True}
+    assert (out / "figures" / "samples.png").read_bytes() == b"previous"
+    assert sorted(p.name for p in out.iterdir()) == ["figures", "results.json"]
 
 
 def test_svd_command(smoke_run, tmp_path, capsys):

@@ -76,6 +76,7 @@ class OneStepFlow(nn.Module):
         return self.net.inverse(img, cond)
 
     # --- sampling ---------------------------------------------------------------------------
+    @torch.no_grad()
     def sample(
         self,
         x0: Tensor,
@@ -90,6 +91,8 @@ class OneStepFlow(nn.Module):
         """Images from noise ``x0``: one matrix product (``one_step``) or the multi-step solver.
 
         Both share this signature and agree to rounding. ``dtype`` is the latent working precision.
+        Runs without autograd (as samplers do); differentiate through ``encode``/``decode`` and
+        ``solvers.integrate`` directly if you need gradients.
         """
         self.check_images(x0, "noise")
         z0 = self.encode(x0, NOISE)

@@ -1,12 +1,15 @@
 """``run_repro``: train (or load) a one-step flow model, measure every claim, write the outputs.
 
 Outputs in ``out``: ``figures/*.png``, ``REPORT.md`` and, last, ``results.json`` (all written
-atomically). A stale ``results.json``/``REPORT.md`` is removed first, so an interrupted run never
-leaves results that do not match the figures beside them.
+atomically). Figures are rendered into a staging folder and moved into place only once every
+claim is measured, so an interrupted or failed run leaves the previous outputs untouched and
+never a mix of old results and new figures.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -111,8 +114,6 @@ def run_repro(
         log(f"[repro] would {action}evaluate {run} into {out} with {opts.to_dict()}")
         return None
     start = time.perf_counter()
-    for stale in ("results.json", "REPORT.md"):
-        (out / stale).unlink(missing_ok=True)
     train_s = train_preset(preset, run, log) if preset else 0.0
     check_flow_run(run)
 
@@ -133,7 +134,13 @@ def run_repro(
             result["wall_s"] = timings[name]
             claims[name] = result
             log(f"[repro] {name}: {result['measured']} -> {result['verdict']}")
-        figures = _timed(timings, "figures", log, _figures, ctx, out / "figures")
+        staging = out / ".figures.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            staged = _timed(timings, "figures", log, _figures, ctx, staging)
+            figures = _publish(staged, staging, out / "figures")
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     results = {
         "format": "linearizer.repro/1",
         "run": str(run),
@@ -159,6 +166,14 @@ def run_repro(
     log(terminal_table(claims))
     log(f"total wall time {results['wall_s']:.0f} s")
     return results
+
+
+def _publish(staged: dict[str, Path], staging: Path, folder: Path) -> dict[str, Path]:
+    """Move the staged figure files into ``folder`` (each move atomic); their new paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for path in staging.iterdir():
+        os.replace(path, folder / path.name)
+    return {k: folder / Path(v).name for k, v in staged.items()}
 
 
 def _figures(ctx: Context, folder: Path) -> dict[str, Path]:
