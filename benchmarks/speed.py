@@ -206,7 +206,7 @@ def _top(p, rows: int = 12) -> list[dict]:
 
 def _stepwise_collapse(op, *, steps: int, method: str, dtype: torch.dtype):
     """Our first collapse: the identity basis pushed through the multi-step sampler."""
-    eye = torch.eye(op.in_features, dtype=dtype)
+    eye = torch.eye(op.in_features, dtype=dtype, device=next(op.parameters()).device)
     return solvers.integrate(op, eye, steps=steps, method=method).T
 
 
@@ -370,7 +370,7 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def environment(threads: int) -> dict:
+def environment(threads: int, note: str) -> dict:
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -378,7 +378,7 @@ def environment(threads: int) -> dict:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cores": os.cpu_count(),
         "threads": threads,
-        "note": "shared machine: other engineers' jobs run concurrently",
+        "note": note,
     }
 
 
@@ -389,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write all results as JSON here")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--only", help="comma-separated tasks to run (e.g. train,collapse)")
+    p.add_argument("--note", default="", help="free text stored with the results (e.g. load)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -396,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     threads = 1 if args.quick else args.threads
     archs = ["paper", "cpu"] if args.arch == "both" else [args.arch]
-    results, report = [], {"environment": environment(threads), "quick": args.quick}
+    results, report = [], {"environment": environment(threads, args.note), "quick": args.quick}
     for arch in archs:
         for case in plan(arch, args.quick, threads):
             if args.only and case["task"] not in args.only.split(",") + ["parity"]:
