@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from ..errors import LinearizerError
 from ..invertible import memsave
+from ..invertible.actnorm import check_image_batch
 from ..invertible.base import Conditioned, as_cond
 from ..operators.base import LinearOperator
 from . import solvers
@@ -54,11 +55,7 @@ class OneStepFlow(nn.Module):
         return _view(self.net, NOISE)
 
     def check_images(self, x: Tensor, what: str = "images") -> None:
-        if x.dim() != 4 or tuple(x.shape[1:]) != self.image_shape:
-            raise LinearizerError(
-                f"{what} must have shape [N, {', '.join(map(str, self.image_shape))}], "
-                f"got {list(x.shape)}"
-            )
+        check_image_batch(x, self.image_shape, what)
         if not torch.isfinite(x).all():
             raise LinearizerError(f"{what} contain NaN or infinite values")
 

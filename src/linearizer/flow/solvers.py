@@ -138,13 +138,25 @@ def integrate(
     plan = stage_times(steps, method)
     extra = [1.0 - h] if final == "predict" else []
     fac = _Factors(op, [t for ts in plan for t in ts] + extra, dtype)
-    z = z.to(dtype)
+    return _propagate(fac, z.to(dtype), plan, extra, h, method, callback)
+
+
+def _propagate(
+    fac: _Factors,
+    z: Tensor,
+    plan: list[tuple[float, ...]],
+    extra: list[float],
+    h: float,
+    method: str,
+    callback: Callback | None,
+) -> Tensor:
+    """``z`` stepped through ``plan`` (and the final jump in ``extra``), one step at a time."""
     for i, ts in enumerate(plan):
         z = _step(fac, z, ts, h, method)
         if callback is not None:
             callback({"i": i, "t": ts[0] + h, "steps": len(plan), "z": z})
-    if final == "predict":
-        z = fac.apply(z, 1.0 - h)
+    if extra:
+        z = fac.apply(z, extra[0])
     return z
 
 
@@ -183,8 +195,7 @@ def collapse(
     ref = next(op.parameters())
     eye = torch.eye(op.in_features, dtype=dtype, device=ref.device)
     if fac.u is None:
-        rows = integrate(op, eye, steps=steps, method=method, final=final, callback=callback)
-        return rows.T.contiguous()
+        return _propagate(fac, eye, plan, extra, h, method, callback).T.contiguous()
     if block is None:
         block = max(1, 128 // (fac.u.shape[-1] * (1 if method == "euler" else 2)))
     y = eye

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..errors import LinearizerError
+from ..invertible.actnorm import check_image_batch
 
 
 def _norm(channels: int, kind: str) -> nn.Module:
@@ -81,11 +82,7 @@ class IGN(nn.Module):
         self.decoder = nn.Sequential(*dec)
 
     def check_images(self, x: Tensor, what: str = "inputs") -> None:
-        if not isinstance(x, Tensor) or x.dim() != 4 or tuple(x.shape[1:]) != self.image_shape:
-            shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise LinearizerError(
-                f"{what} must have shape [N, {', '.join(map(str, self.image_shape))}], got {shape}"
-            )
+        check_image_batch(x, self.image_shape, what)
 
     def forward(self, x: Tensor) -> Tensor:
         self.check_images(x)

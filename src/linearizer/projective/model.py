@@ -57,6 +57,7 @@ from torch import Tensor, nn
 
 from ..algebra import Linearizer
 from ..errors import LinearizerError
+from ..invertible.actnorm import check_image_batch
 from ..invertible.base import Conditioned, as_cond
 from ..operators.base import LinearOperator
 
@@ -104,11 +105,7 @@ class ProjectiveModel(nn.Module):
         return self.net if self.flag is None else Conditioned(self.net, self.flag)
 
     def check_images(self, x: Tensor, what: str = "inputs") -> None:
-        if not isinstance(x, Tensor) or x.dim() != 4 or tuple(x.shape[1:]) != self.image_shape:
-            shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise LinearizerError(
-                f"{what} must have shape [N, {', '.join(map(str, self.image_shape))}], got {shape}"
-            )
+        check_image_batch(x, self.image_shape, what)
 
     # --- latent side ------------------------------------------------------------------------
     def encode(self, x: Tensor) -> Tensor:
