@@ -24,7 +24,11 @@ from linearizer.training.checkpoint import (
     sidecar,
 )
 from linearizer.training.ema import EMA
-from linearizer.training.hub import checkpoint_to_pretrained, from_pretrained, save_pretrained
+from linearizer.training.model_folder import (
+    checkpoint_to_pretrained,
+    from_pretrained,
+    save_pretrained,
+)
 from linearizer.training.toy import ToyConfig, ToyNet
 
 

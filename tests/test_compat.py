@@ -29,8 +29,8 @@ from linearizer.compat.official import (
     load_official,
     read_official_args,
 )
-from linearizer.compat.pickle_reader import read_torch_checkpoint, unpickle_restricted
 from linearizer.errors import LinearizerError
+from linearizer.safe_pickle import read_torch_checkpoint, unpickle_restricted
 from official_fixture import CKPT, MANIFEST, load_golden, needs_fixture
 
 ATOL = 1e-5  # float32 parity bound of issue 7 (the observed worst case is ~7e-6)

@@ -10,7 +10,7 @@ import torch
 
 from linearizer.cli.main import main
 from linearizer.errors import LinearizerError
-from linearizer.flow.edit import round_trip
+from linearizer.flow.inversion import round_trip
 from linearizer.flow.model import DATA, NOISE
 from linearizer.flow.objective import draw_noise, flow_loss
 from linearizer.flow.task import FlowTask, load_flow_run

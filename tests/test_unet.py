@@ -22,7 +22,7 @@ def golden():
 
 @pytest.fixture(scope="module")
 def ckpt():
-    from linearizer.compat.pickle_reader import read_torch_checkpoint
+    from linearizer.safe_pickle import read_torch_checkpoint
 
     return read_torch_checkpoint(CKPT)
 

@@ -1,7 +1,7 @@
 """``linearizer convert-official``: the authors' released checkpoint -> a flow run folder.
 
 The pickle inside ``model.pth`` is read without executing anything (see
-:mod:`linearizer.compat.pickle_reader`); ``args.json`` is read from two folders up, as the
+:mod:`linearizer.safe_pickle`); ``args.json`` is read from two folders up, as the
 authors' loader does. The result is an ordinary flow run (``config.json``, ``run.json``,
 ``checkpoints/``) plus ``official.json`` recording the source and what was inferred, so every
 command that takes a run folder opens it. See docs/official.md.

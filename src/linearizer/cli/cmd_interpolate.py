@@ -9,7 +9,7 @@ import torch
 
 from ..data import save_grid
 from ..errors import LinearizerError
-from ..flow.edit import interpolate
+from ..flow.inversion import interpolate
 from .flowargs import add_sampler_options, load_model, parse_indices, test_images
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from ..data import save_grid
-from ..flow.edit import condition_number, round_trip
+from ..flow.inversion import condition_number, round_trip
 from .flowargs import add_sampler_options, load_model, parse_indices, read_images, test_images
 
 

@@ -7,8 +7,8 @@
   ``U = A2``, ``V = A1``), with numerical parity to their code.
 """
 
+from ..safe_pickle import PickledObject, TorchCheckpoint, read_torch_checkpoint
 from .official import KEY_TABLE, OfficialLayout, convert_official, key_map, load_official
-from .pickle_reader import PickledObject, TorchCheckpoint, read_torch_checkpoint
 
 __all__ = [
     "KEY_TABLE",

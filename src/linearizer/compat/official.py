@@ -1,10 +1,11 @@
 """The authors' released one-step checkpoints -> our paper network + TimeLoRA, with parity.
 
 Their release is a whole pickled ``OneStepLinearizer`` (``models/model.pth``) next to
-``args.json`` two folders up. We read the pickle with :mod:`.pickle_reader` (nothing in it runs),
-infer the architecture from the pickle itself (block count, U-Net widths, levels, attention,
-LoRA sizes - never from ``args.json``, which older runs got wrong), translate every tensor name
-through :data:`KEY_TABLE`, and translate their row-vector operator ``z @ (A1 A2^T)`` into our
+``args.json`` two folders up. We read the pickle with :mod:`linearizer.safe_pickle` (nothing in
+it runs), infer the architecture from the pickle itself (block count, U-Net widths, levels,
+attention, LoRA sizes - never from ``args.json``, which older runs got wrong), translate every
+tensor name through :data:`KEY_TABLE`, and translate their row-vector operator
+``z @ (A1 A2^T)`` into our
 column convention ``A = U V^T`` with ``U = A2`` (their ``lin2``) and ``V = A1`` (their ``lin1``).
 
 >>> flow, layout = load_official("ckpt/models/model.pth")  # doctest: +SKIP
@@ -32,7 +33,7 @@ from ..flow.config import PAPER, FlowConfig
 from ..invertible.unet import PaperUNet, paper_network
 from ..io import read_json, write_json
 from ..operators.lora import TimeLoRA
-from .pickle_reader import PickledObject, TorchCheckpoint, read_torch_checkpoint
+from ..safe_pickle import PickledObject, TorchCheckpoint, read_torch_checkpoint
 
 __all__ = [
     "KEY_TABLE",

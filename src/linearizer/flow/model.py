@@ -14,9 +14,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..checks import check_image_batch
 from ..errors import LinearizerError
 from ..invertible import memsave
-from ..invertible.actnorm import check_image_batch
 from ..invertible.base import Conditioned, as_cond
 from ..operators.base import LinearOperator
 from . import solvers

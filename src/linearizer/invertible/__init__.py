@@ -8,9 +8,9 @@ every conditioner.
 from .actnorm import ActNorm
 from .base import Conditioned, InvertibleModule, as_cond, same_network
 from .cnn import SmallCNN
+from .conv1x1 import InvConv1x1
 from .coupling import AffineCoupling
 from .dropout import SharedDropout, set_dropout_seed
-from .mix import InvConv1x1
 from .network import CouplingBlock, InvertibleNetwork, cpu_network
 from .sequential import InvertibleSequential
 from .squeeze import Squeeze

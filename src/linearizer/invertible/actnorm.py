@@ -18,14 +18,6 @@ def check_images(x: Tensor, channels: int | None, what: str) -> None:
         raise LinearizerError(f"{what} expects {channels} channels, got {x.shape[1]}")
 
 
-def check_image_batch(x: Tensor, shape: tuple[int, ...], what: str) -> None:
-    """Raise :class:`LinearizerError` unless ``x`` is a batch ``[N, *shape]``."""
-    if not isinstance(x, Tensor) or x.dim() != 4 or tuple(x.shape[1:]) != tuple(shape):
-        got = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        dims = ", ".join(map(str, shape))
-        raise LinearizerError(f"{what} must have shape [N, {dims}], got {got}")
-
-
 class ActNorm(InvertibleModule):
     """Per-channel affine map ``y = (x + bias) * exp(log_scale)``; inverse ``z * exp(-ls) - bias``.
 

@@ -15,8 +15,8 @@ from ..errors import LinearizerError
 from .actnorm import ActNorm, check_images
 from .base import InvertibleModule, as_cond
 from .cnn import SmallCNN
+from .conv1x1 import InvConv1x1
 from .coupling import AffineCoupling
-from .mix import InvConv1x1
 from .squeeze import Squeeze
 
 MakeConditioner = Callable[[int, int], nn.Module]

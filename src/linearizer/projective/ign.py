@@ -37,8 +37,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from ..checks import check_image_batch
 from ..errors import LinearizerError
-from ..invertible.actnorm import check_image_batch
 
 
 def _norm(channels: int, kind: str) -> nn.Module:

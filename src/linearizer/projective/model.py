@@ -56,8 +56,8 @@ import torch
 from torch import Tensor, nn
 
 from ..algebra import Linearizer
+from ..checks import check_image_batch
 from ..errors import LinearizerError
-from ..invertible.actnorm import check_image_batch
 from ..invertible.base import Conditioned, as_cond
 from ..operators.base import LinearOperator
 

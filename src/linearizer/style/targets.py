@@ -149,7 +149,7 @@ class VGGFeatures(nn.Module):
             from ..io import load_tensors
 
             return cls(load_tensors(path))
-        from ..compat.pickle_reader import read_torch_checkpoint
+        from ..safe_pickle import read_torch_checkpoint
 
         return cls(read_torch_checkpoint(path).state_dict)
 

@@ -25,7 +25,7 @@ from .config import (
     resolve,
 )
 from .ema import EMA
-from .hub import from_pretrained, save_pretrained
+from .model_folder import from_pretrained, save_pretrained
 from .trainer import StepRandom, Task, Trainer, TrainResult, resume_config, train
 
 __all__ = [

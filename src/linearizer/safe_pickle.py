@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import LinearizerError
+from .errors import LinearizerError
 
 __all__ = [
     "PickledObject",
