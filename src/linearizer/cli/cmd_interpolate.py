@@ -26,8 +26,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     spaces = ["noise", "latent"] if args.space == "both" else [args.space]
     with torch.no_grad():
-        b = model.one_step_matrix(
-            steps=args.steps, method=args.method, final=args.final, dtype=dtype
+        b = model.one_step_operator(
+            steps=args.steps, method=args.method, final=args.final, dtype=dtype, form=args.form
         )
         rows = [interpolate(model, xa, xb, b, args.n, s) for s in spaces]
     path = Path(args.out) / "interpolation.png"

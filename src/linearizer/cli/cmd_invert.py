@@ -24,8 +24,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"would invert {len(x1)} images with {args.run} (step {step}) into {args.out}")
         return 0
     with torch.no_grad():
-        b = model.one_step_matrix(
-            steps=args.steps, method=args.method, final=args.final, dtype=dtype
+        b = model.one_step_operator(
+            steps=args.steps, method=args.method, final=args.final, dtype=dtype, form=args.form
         )
         x0, back = round_trip(model, x1, b)
     mse = (back - x1).pow(2).flatten(1).mean(1)

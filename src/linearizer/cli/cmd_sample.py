@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
                     final=args.final,
                     one_step=not args.multi_step,
                     dtype=dtype,
+                    form=args.form,
                 )
             )
     x = torch.cat(chunks).float()

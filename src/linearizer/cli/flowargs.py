@@ -34,6 +34,13 @@ def add_sampler_options(p: argparse.ArgumentParser, steps: int = 100) -> None:
         choices=["float32", "float64"],
         help="precision of B and of the latent solver",
     )
+    p.add_argument(
+        "--form",
+        default="auto",
+        choices=["auto", "dense", "factored"],
+        help="one-step matrix B: dense D x D, factored c I + U V^T, or auto (factored when "
+        "D >= 4096 and U, V are at most half of D x D)",
+    )
     p.add_argument("--no-ema", action="store_true", help="use the raw weights, not the EMA")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--dry-run", action="store_true", help="check the inputs and exit")
@@ -58,8 +65,9 @@ def read_images(path: str, shape: tuple[int, ...]) -> torch.Tensor:
         if file.suffix == ".png":
             from PIL import Image
 
-            arr = np.asarray(Image.open(file).convert("L"), dtype=np.float32) / 255.0
-            arr = arr[None, None]
+            mode = "RGB" if shape[0] == 3 else "L"
+            arr = np.asarray(Image.open(file).convert(mode), dtype=np.float32) / 255.0
+            arr = arr.transpose(2, 0, 1)[None] if arr.ndim == 3 else arr[None, None]
         elif file.suffix == ".npz":
             with np.load(file, allow_pickle=False) as z:
                 arr = z["images"] if "images" in z else z[z.files[0]]

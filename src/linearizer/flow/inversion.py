@@ -13,24 +13,30 @@ import math
 import torch
 from torch import Tensor
 
+from .factored import FactoredMatrix, apply_rows
 from .model import DATA, NOISE, OneStepFlow
 
 
-def condition_number(b: Tensor) -> float:
+def condition_number(b: Tensor | FactoredMatrix) -> float:
     """2-norm condition number of B (largest over smallest singular value)."""
-    s = torch.linalg.svdvals(b.double())
+    s = b.singular_values() if isinstance(b, FactoredMatrix) else torch.linalg.svdvals(b.double())
     return float(s[0] / s[-1]) if s[-1] > 0 else math.inf
 
 
-def round_trip(model: OneStepFlow, x1: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+def round_trip(model: OneStepFlow, x1: Tensor, b: Tensor | FactoredMatrix) -> tuple[Tensor, Tensor]:
     """Noise ``x0`` with ``sample(x0) = x1``, and the re-generated ``x1`` from that noise."""
     x0 = model.invert(x1, b)
-    z0 = model.encode(x0, NOISE).to(b.dtype)
-    return x0, model.decode((z0 @ b.T).to(x1.dtype), DATA)
+    z0 = model.encode(x0, NOISE)
+    return x0, model.decode(apply_rows(b, z0).to(x1.dtype), DATA)
 
 
 def interpolate(
-    model: OneStepFlow, xa: Tensor, xb: Tensor, b: Tensor, n: int = 10, space: str = "noise"
+    model: OneStepFlow,
+    xa: Tensor,
+    xb: Tensor,
+    b: Tensor | FactoredMatrix,
+    n: int = 10,
+    space: str = "noise",
 ) -> Tensor:
     """``n`` images from ``xa`` to ``xb`` (``[n, C, H, W]``), for one pair of images.
 
@@ -45,5 +51,5 @@ def interpolate(
         return model.decode(path, DATA)
     x0 = model.invert(torch.cat([xa, xb]), b)
     noise = (1 - alphas) * x0[:1] + alphas * x0[1:]
-    z0 = model.encode(noise, NOISE).to(b.dtype)
-    return model.decode((z0 @ b.T).to(xa.dtype), DATA)
+    z0 = model.encode(noise, NOISE)
+    return model.decode(apply_rows(b, z0).to(xa.dtype), DATA)

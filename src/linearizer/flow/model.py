@@ -19,7 +19,7 @@ from ..errors import LinearizerError
 from ..invertible import memsave
 from ..invertible.base import Conditioned, as_cond
 from ..operators.base import LinearOperator
-from . import solvers
+from . import factored, solvers
 
 DATA, NOISE = 1.0, 0.0
 
@@ -84,10 +84,12 @@ class OneStepFlow(nn.Module):
         one_step: bool = True,
         dtype: torch.dtype | None = None,
         callback: solvers.Callback | None = None,
+        form: str = "auto",
     ) -> Tensor:
         """Images from noise ``x0``: one matrix product (``one_step``) or the multi-step solver.
 
-        Both share this signature and agree to rounding. ``dtype`` is the latent working precision.
+        Both share this signature and agree to rounding. ``dtype`` is the latent working precision;
+        ``form`` the one-step matrix's (:func:`one_step_operator`).
         Runs without autograd (as samplers do); differentiate through ``encode``/``decode`` and
         ``solvers.integrate`` directly if you need gradients.
         """
@@ -95,8 +97,10 @@ class OneStepFlow(nn.Module):
         z0 = self.encode(x0, NOISE)
         work = dtype or z0.dtype
         if one_step:
-            b = self.one_step_matrix(steps=steps, method=method, final=final, dtype=work)
-            z1 = z0.to(work) @ b.T
+            b = self.one_step_operator(
+                steps=steps, method=method, final=final, dtype=work, form=form
+            )
+            z1 = factored.apply_rows(b, z0.to(work))
         else:
             z1 = solvers.integrate(
                 self.op, z0, steps=steps, method=method, final=final, dtype=work, callback=callback
@@ -121,15 +125,38 @@ class OneStepFlow(nn.Module):
         self._cache[key] = (version, b)
         return b
 
-    def invert(self, x1: Tensor, b: Tensor) -> Tensor:
+    def one_step_operator(
+        self,
+        *,
+        steps: int = 100,
+        method: str = "euler",
+        final: str = "skip",
+        dtype: torch.dtype = torch.float64,
+        form: str = "auto",
+    ) -> Tensor | factored.FactoredMatrix:
+        """B dense (:meth:`one_step_matrix`) or factored ``c I + U V^T``
+        (:mod:`linearizer.flow.factored`); ``form="auto"`` factors large latents."""
+        if form == "auto":
+            form = "dense" if self.dim < factored.MIN_FACTORED_DIM else "auto"
+        if form == "dense":
+            return self.one_step_matrix(steps=steps, method=method, final=final, dtype=dtype)
+        key = (steps, method, final, dtype, form)
+        version = _weights_version(self.op)
+        hit = self._cache.get(key)
+        if hit is None or hit[0] != version:
+            kw = dict(steps=steps, method=method, final=final, dtype=dtype, form=form)
+            hit = self._cache[key] = (version, factored.one_step(self.op, **kw))
+        return hit[1]
+
+    def invert(self, x1: Tensor, b: Tensor | factored.FactoredMatrix) -> Tensor:
         """Noise whose one-step sample through ``b`` is ``x1``: ``g_noise^-1(B^-1 g_data(x1))``.
 
         B is square and full rank (its identity part is 1/T), so the pseudo-inverse is the inverse;
-        we use an LU solve in B's dtype instead of forming B^+ (better conditioned, cheaper).
+        we solve (LU in B's dtype, or Woodbury in float64 for a factored B) instead of forming B^+.
         """
         self.check_images(x1)
         z1 = self.encode(x1, DATA)
-        z0 = torch.linalg.solve(b, z1.to(b.dtype).T).T
+        z0 = factored.solve_rows(b, z1)
         return self.decode(z0.to(z1.dtype), NOISE)
 
 

@@ -185,28 +185,80 @@ def collapse(
     >>> bool(torch.allclose(z0 @ b.T, integrate(op, z0, steps=12, method="rk4"), atol=1e-12))
     True
     """
-    check_schedule(steps, method, final)
-    if block is not None and (int(block) != block or block < 1):
-        raise LinearizerError(f"block must be a positive integer, got {block!r}")
-    h = 1.0 / steps
-    plan = stage_times(steps, method)
-    extra = [1.0 - h] if final == "predict" else []
-    fac = _Factors(op, [t for ts in plan for t in ts] + extra, dtype)
-    ref = next(op.parameters())
-    eye = torch.eye(op.in_features, dtype=dtype, device=ref.device)
-    if fac.u is None:
-        return _propagate(fac, eye, plan, extra, h, method, callback).T.contiguous()
-    if block is None:
-        block = max(1, 128 // (fac.u.shape[-1] * (1 if method == "euler" else 2)))
+    return collapse_dense(Schedule(op, steps, method, final, dtype, block), callback)
+
+
+def collapse_dense(sched: Schedule, callback: Callback | None = None) -> Tensor:
+    """The dense B of a prepared :class:`Schedule` (what :func:`collapse` returns)."""
+    eye = torch.eye(sched.dim, dtype=sched.dtype, device=sched.device)
+    if sched.fac.u is None:
+        fac, plan, extra, h = sched.fac, sched.plan, sched.extra, sched.h
+        return _propagate(fac, eye, plan, extra, h, sched.method, callback).T.contiguous()
     y = eye
-    for start in range(0, len(plan), block):
-        chunk = plan[start : start + block]
-        last = start + block >= len(plan)
-        y = _collapse_block(fac, y, chunk, extra if last else [], h, method, first=start == 0)
-        if callback is not None:
-            i = start + len(chunk) - 1
-            callback({"i": i, "t": chunk[-1][0] + h, "steps": len(plan)})
+    for start, bf, x in sched.blocks(callback):
+        q = bf.v.T if start == 0 else bf.v.T @ y  # V_blk^T Y0; Y0 = I in the first block
+        y = torch.addmm(y, bf.u @ x.r, q, beta=x.pi)
     return y
+
+
+class Schedule:
+    """A collapse's steps, its A(t) factors and its blocks; shared by the dense :func:`collapse`
+    and the factored one (:mod:`linearizer.flow.factored`), so both run the same ``_step``.
+
+    :meth:`blocks` yields ``(start, block_factors, span)`` per block: the block maps the matrix
+    ``Y0`` it starts from to ``span.pi * Y0 + (U_blk @ span.r) @ (V_blk^T @ Y0)``.
+    """
+
+    def __init__(
+        self,
+        op: LinearOperator,
+        steps: int,
+        method: str,
+        final: str,
+        dtype: torch.dtype,
+        block: int | None = None,
+    ) -> None:
+        check_schedule(steps, method, final)
+        if block is not None and (int(block) != block or block < 1):
+            raise LinearizerError(f"block must be a positive integer, got {block!r}")
+        self.method, self.h = method, 1.0 / steps
+        self.dim, self.dtype = op.in_features, dtype
+        self.device = next(op.parameters()).device
+        self.plan = stage_times(steps, method)
+        self.extra = [1.0 - self.h] if final == "predict" else []
+        self.fac = _Factors(op, [t for ts in self.plan for t in ts] + self.extra, dtype)
+        if block is None and self.fac.u is not None:
+            block = max(1, 128 // (self.fac.u.shape[-1] * (1 if method == "euler" else 2)))
+        self.block = block or 1
+
+    def chunks(self) -> list[tuple[int, list[tuple[float, ...]], list[float]]]:
+        """``(start, steps, final jump)`` of every block; the jump only in the last block."""
+        n, b = len(self.plan), self.block
+        return [(s, self.plan[s : s + b], self.extra if s + b >= n else []) for s in range(0, n, b)]
+
+    def block_times(self, chunk: list[tuple[float, ...]], extra: list[float]) -> list[float]:
+        return [t for ts in chunk for t in ts] + extra
+
+    def width(self) -> int | None:
+        """Columns of all blocks' factors together: the rank bound of ``B - c I`` (None when
+        the operator has no low-rank factors)."""
+        if self.fac.u is None:
+            return None
+        slots = sum(len(dict.fromkeys(self.block_times(c, e))) for _, c, e in self.chunks())
+        return slots * self.fac.u.shape[-1]
+
+    def blocks(self, callback: Callback | None = None):
+        for start, chunk, extra in self.chunks():
+            bf = _BlockFactors(self.fac, self.block_times(chunk, extra))
+            x = _Span(1.0, torch.zeros_like(bf.g))
+            for ts in chunk:
+                x = _step(bf, x, ts, self.h, self.method)  # type: ignore[arg-type]
+            if extra:
+                x = bf.apply(x, extra[0])
+            yield start, bf, x
+            if callback is not None:
+                i = start + len(chunk) - 1
+                callback({"i": i, "t": chunk[-1][0] + self.h, "steps": len(self.plan)})
 
 
 class _Span:
@@ -262,23 +314,3 @@ class _BlockFactors:
         out = torch.zeros_like(self.g)
         torch.addmm(self.eye[rows], self.g[rows], x.r, beta=x.pi, out=out[rows])
         return _Span(0.0, out)
-
-
-def _collapse_block(
-    fac: _Factors,
-    y0: Tensor,
-    chunk: list[tuple[float, ...]],
-    extra: list[float],
-    h: float,
-    method: str,
-    first: bool,
-) -> Tensor:
-    """``y0`` advanced through the steps of ``chunk`` (and the final jump in ``extra``)."""
-    bf = _BlockFactors(fac, [t for ts in chunk for t in ts] + extra)
-    x = _Span(1.0, torch.zeros_like(bf.g))
-    for ts in chunk:
-        x = _step(bf, x, ts, h, method)  # type: ignore[arg-type]
-    if extra:
-        x = bf.apply(x, extra[0])
-    q = bf.v.T if first else bf.v.T @ y0  # V_blk^T Y0; Y0 = I in the first block
-    return torch.addmm(y0, bf.u @ x.r, q, beta=x.pi)
