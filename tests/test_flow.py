@@ -16,6 +16,7 @@ from linearizer.flow.objective import draw_noise, flow_loss
 from linearizer.flow.task import FlowTask, load_flow_run
 from linearizer.training.config import resolve
 from linearizer.training.trainer import train
+from tolerance import assert_near, rel_err
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +87,8 @@ def test_loss_uses_exact_inverses_with_dropout_in_train_mode(run):
     assert math.isfinite(loss.item()) and set(logs) == {"latent", "x0_rec", "x1_rec", "x1_pred_rec"}
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
     z = model.encode(x1, DATA)
-    assert torch.allclose(model.decode(z, DATA), x1, atol=1e-12)
-    assert not torch.allclose(model.encode(x1, NOISE), z)
+    assert_near(model.decode(z, DATA), x1, eps_factor=1e4)
+    assert rel_err(model.encode(x1, NOISE), z) > 1e-3
 
 
 def test_sample_command_writes_npz_and_grid(run, tmp_path):

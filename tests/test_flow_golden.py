@@ -6,7 +6,8 @@ the run folder, the flow model, the solvers and the objective together. Golden c
 (README §4 of the fixture): row vectors, ``B_theirs = B_ours^T``; their one-step "rk" is our
 ``rk4-authors``, their multi-step "rk" is true RK4 (our ``rk4``).
 
-The max abs differences are collected in ``MEASURED`` and printed at the end (``pytest -s``).
+The errors, in float32 epsilons of each reference's scale, are collected in ``MEASURED`` and
+printed at the end (``pytest -s``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from linearizer.flow.objective import flow_loss
 from linearizer.flow.task import load_flow_run
 from linearizer.io import read_json
 from official_fixture import CKPT, load_golden, needs_fixture
+from tolerance import assert_near, eps
 
-RTOL, ATOL, ATOL_MATRIX = 1e-5, 2e-5, 1e-6  # README §5 of the fixture
+# float32 parity with outputs of the authors' code computed on another machine, bounded relative
+# to each tensor's scale in float32 epsilons (tests/tolerance.py)
+PARITY_EPS = 1000  # 20x the worst error measured here (46 eps)
 
 pytestmark = needs_fixture
 MEASURED: dict[str, float] = {}
@@ -66,10 +70,11 @@ def z0(model, golden):
         return model.encode(golden["in.x0"], 0.0)
 
 
-def check(name: str, actual: torch.Tensor, expected: torch.Tensor, atol: float = ATOL) -> None:
+def check(name: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """Record the error in float32 epsilons of the reference's scale; assert the parity bound."""
     actual = actual.to(expected.dtype).reshape(expected.shape)
-    MEASURED[name] = float((actual - expected).abs().max())
-    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=atol)
+    ratio = assert_near(actual, expected, eps_factor=PARITY_EPS, dtype=torch.float32, what=name)
+    MEASURED[name] = ratio * PARITY_EPS
 
 
 # ----------------------------------------------------------------------------- the run folder
@@ -117,7 +122,7 @@ def test_networks_and_operator_of_the_run(model, golden):
         check("out.A1_t", v, golden["out.A1_t"])  # their A1 is our V, A2 our U
         check("out.A2_t", u, golden["out.A2_t"])
         a = model.op.matrix(float(golden["in.t_lin"][0]))
-        check("out.lin_t_025", a.T, golden["out.lin_t_025"], atol=ATOL_MATRIX)
+        check("out.lin_t_025", a.T, golden["out.lin_t_025"])
         check("out.A_gx1_t", model.op(gx, t), golden["out.A_gx1_t"])
 
 
@@ -127,7 +132,7 @@ def test_networks_and_operator_of_the_run(model, golden):
 @pytest.mark.parametrize("theirs", ["euler", "rk"])
 def test_one_step_matrix(model, golden, theirs):
     b = model.one_step_matrix(steps=T, method=OURS[theirs], dtype=torch.float64)
-    check(f"out.B_{theirs}_T10", b.T, golden[f"out.B_{theirs}_T10"], atol=ATOL_MATRIX)
+    check(f"out.B_{theirs}_T10", b.T, golden[f"out.B_{theirs}_T10"])
 
 
 @pytest.mark.parametrize("theirs", ["euler", "rk"])
@@ -165,7 +170,7 @@ def test_true_rk4_collapses_exactly_and_differs_from_the_authors_rk(model, golde
     multi = solvers.integrate(model.op, z, steps=T, method="rk4", dtype=torch.float64)
     rel = float((z @ b.T - multi).norm() / multi.norm())
     MEASURED["rk4 collapse vs multi-step (rel, f64)"] = rel
-    assert rel <= 1e-10
+    assert rel <= 1e5 * eps(torch.float64)  # 2e-11: rounding of ~100 float64 GEMMs
     # so our one-step RK4 reproduces their multi-step (true RK4) samples
     with torch.no_grad():
         x = model.sample(golden["in.x0"], steps=T, method="rk4", dtype=torch.float64)
@@ -180,7 +185,7 @@ def test_true_rk4_collapses_exactly_and_differs_from_the_authors_rk(model, golde
     gap = float((ours_authors - ours_rk4).abs().max())
     MEASURED["rk4-authors vs rk4 sample gap (ours)"] = gap
     MEASURED["rk one-step vs rk multi-step gap (golden)"] = golden_gap
-    assert gap > 0.1 and abs(gap - golden_gap) < 1e-4
+    assert gap > 0.1 and abs(gap - golden_gap) <= PARITY_EPS * eps(torch.float32) * golden_gap
 
 
 # ----------------------------------------------------------------------------- the loss

@@ -8,6 +8,7 @@ import torch
 from linearizer.errors import LinearizerError
 from linearizer.flow import solvers
 from linearizer.operators.base import LinearOperator
+from tolerance import assert_near
 
 D, R = 12, 3
 
@@ -71,7 +72,7 @@ def test_collapse_matches_textbook_propagator(method, steps):
     op = SmoothLoRA()
     b = solvers.collapse(op, steps=steps, method=method)
     ref = reference_matrix(op, steps, method)
-    assert torch.allclose(b, ref, rtol=0, atol=1e-12 * ref.abs().max().item())
+    assert_near(b, ref, eps_factor=1e4)
 
 
 @pytest.mark.parametrize("method", solvers.METHODS)
@@ -81,15 +82,14 @@ def test_one_step_equals_multi_step(method, final):
     z0 = torch.randn(5, D, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     b = solvers.collapse(op, steps=30, method=method, final=final)
     multi = solvers.integrate(op, z0, steps=30, method=method, final=final)
-    err = (z0 @ b.T - multi).norm() / multi.norm()
-    assert err < 1e-13
+    assert_near(z0 @ b.T, multi, eps_factor=1e3)
 
 
 def test_final_predict_is_the_x1_prediction_jump():
     op = SmoothLoRA(seed=3)
     skip = solvers.collapse(op, steps=10, method="euler")
     pred = solvers.collapse(op, steps=10, method="euler", final="predict")
-    assert torch.allclose(pred, dense_a(op, 0.9) @ skip, atol=1e-13)
+    assert_near(pred, dense_a(op, 0.9) @ skip, eps_factor=1e3)
 
 
 class RegularFlow(SmoothLoRA):
@@ -167,7 +167,7 @@ def test_blocked_collapse_equals_stepping_the_identity(method, final):
     for block in (None, 1, 3, 8, 100):
         got = solvers.collapse(op, steps=9, method=method, final=final, block=block,
                                callback=seen.append)  # fmt: skip
-        assert torch.allclose(got, want, atol=1e-13 * want.abs().max().item(), rtol=0)
+        assert_near(got, want, eps_factor=1e3)
     assert seen[-1]["i"] == 7 and seen[-1]["steps"] == 8
 
 
@@ -176,7 +176,7 @@ def test_collapse_float32_accumulation_is_close():
     b64 = solvers.collapse(op, steps=50, method="rk4")
     b32 = solvers.collapse(op, steps=50, method="rk4", dtype=torch.float32)
     assert b32.dtype == torch.float32
-    assert ((b32.double() - b64).norm() / b64.norm()).item() < 1e-5
+    assert_near(b32.double(), b64, eps_factor=100, dtype=torch.float32)
 
 
 @pytest.mark.parametrize("block", [0, -2, 1.5])

@@ -22,6 +22,7 @@ from linearizer.invertible import (
     cpu_network,
     set_dropout_seed,
 )
+from tolerance import assert_near
 
 
 @pytest.fixture(autouse=True)
@@ -97,9 +98,9 @@ def test_round_trip_float64(name):
     x, cond = images(c, 8), cond_for(2, 1.0)
     z = g(x, cond)
     assert z.shape == x.shape or name == "squeeze"
-    assert (g.inverse(z, cond) - x).abs().max() <= 1e-10
+    assert_near(g.inverse(z, cond), x, eps_factor=1e6)
     z2 = images(c, 8) if name != "squeeze" else images(4 * c, 4)
-    assert (g(g.inverse(z2, cond), cond) - z2).abs().max() <= 1e-10
+    assert_near(g(g.inverse(z2, cond), cond), z2, eps_factor=1e6)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -109,7 +110,7 @@ def test_round_trip_float32_32x32(name):
     x, cond = images(c, 32, dtype=torch.float32), cond_for(2, 0.0, torch.float32)
     z = g(x, cond)
     assert z.dtype == torch.float32
-    assert (g.inverse(z, cond) - x).abs().max() <= 1e-5
+    assert_near(g.inverse(z, cond), x, eps_factor=200)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -133,7 +134,7 @@ def test_inverse_jacobian_is_inverse_of_forward_jacobian(name):
     ji = torch.autograd.functional.jacobian(lambda v: g.inverse(v, cond), z)
     ji = ji.reshape(x.numel(), z.numel())
     eye = torch.eye(x.numel())
-    assert (ji @ jf - eye).abs().max() <= 1e-10
+    assert_near(ji @ jf, eye, eps_factor=1e6)
     assert torch.linalg.det(jf).abs() > 0
 
 
@@ -169,9 +170,10 @@ def test_actnorm_data_init_standardises_and_matches_formula():
     y = norm(x)
     assert bool(norm.initialized)
     per_channel = y.transpose(0, 1).reshape(3, -1)
-    assert torch.allclose(per_channel.mean(1), torch.zeros(3), atol=1e-12)
-    assert torch.allclose(per_channel.std(1), torch.ones(3), atol=1e-5)
-    assert torch.allclose(y, (x + norm.bias) * norm.log_scale.exp())  # bias before scale
+    assert_near(per_channel.mean(1), torch.zeros(3), eps_factor=1e3, scale=1.0)
+    sx = x.transpose(0, 1).reshape(3, -1).std(1)
+    assert_near(per_channel.std(1), sx / (sx + 1e-6), eps_factor=1e3)  # log_scale = -log(std+1e-6)
+    assert_near(y, (x + norm.bias) * norm.log_scale.exp(), eps_factor=10)  # bias before scale
 
 
 def test_actnorm_before_init_inverse_is_identity_and_eval_does_not_init():
@@ -231,10 +233,10 @@ def test_coupling_formula(mode):
 
     first = AffineCoupling(_Fixed(), "first", clamp=1.5, clamp_mode=mode)(x)
     assert torch.equal(first[:, 2:], b)
-    assert torch.allclose(first[:, :2], (a + 2 * b) * torch.exp(clamp(b)))
+    assert_near(first[:, :2], (a + 2 * b) * torch.exp(clamp(b)), eps_factor=10)
     second = AffineCoupling(_Fixed(), "second", clamp=1.5, clamp_mode=mode)(x)
     assert torch.equal(second[:, :2], a)
-    assert torch.allclose(second[:, 2:], (b + 2 * a) * torch.exp(clamp(a)))
+    assert_near(second[:, 2:], (b + 2 * a) * torch.exp(clamp(a)), eps_factor=10)
 
 
 def test_coupling_bad_arguments_and_conditioner_output():
@@ -255,19 +257,19 @@ def test_invconv_from_weight_reproduces_matrix():
     w = torch.randn(5, 5)
     mix = InvConv1x1.from_weight(w)
     assert mix.lower.dtype == torch.float64
-    assert (mix.weight() - w).abs().max() <= 1e-12
-    assert (mix.inverse_weight() @ w - torch.eye(5)).abs().max() <= 1e-12
+    assert_near(mix.weight(), w, eps_factor=1e3, dtype=torch.float64)
+    assert_near(mix.inverse_weight() @ w.double(), torch.eye(5), eps_factor=1e4)
     w32 = w.float()
     mix32 = InvConv1x1.from_weight(w32)
-    assert (mix32.weight() - w32).abs().max() <= 1e-6
+    assert_near(mix32.weight(), w32, eps_factor=100)
 
 
 def test_invconv_applies_weight_per_pixel_and_starts_orthogonal():
     mix = InvConv1x1(4)
     w = mix.weight().detach()
-    assert torch.allclose(w @ w.T, torch.eye(4), atol=1e-12)
+    assert_near(w @ w.T, torch.eye(4), eps_factor=1e3, dtype=torch.float64)
     y = torch.randn(2, 4, 3, 3)
-    assert torch.allclose(mix(y), torch.einsum("oc,bcij->boij", w, y))
+    assert_near(mix(y), torch.einsum("oc,bcij->boij", w, y), eps_factor=100)
 
 
 def test_invconv_rejects_bad_weights():
@@ -313,9 +315,9 @@ def test_shared_dropout_inverse_is_exact_in_train_mode():
     assert set_dropout_seed(g, 11) == 4
     x, cond = images(1, 8, batch=3), cond_for(3, 1.0)
     z = g(x, cond)
-    assert (g.inverse(z, cond) - x).abs().max() <= 1e-10
+    assert_near(g.inverse(z, cond), x, eps_factor=1e6)
     # one mask over the batch: inverting part of the batch still agrees
-    assert (g.inverse(z[1:], cond[1:]) - x[1:]).abs().max() <= 1e-10
+    assert_near(g.inverse(z[1:], cond[1:]), x[1:], eps_factor=1e6)
     set_dropout_seed(g, 12)
     assert (g(x, cond) - z).abs().max() > 1e-6
     assert torch.equal(g.eval()(x, cond), g(x, cond))  # eval: dropout off, deterministic
@@ -363,7 +365,7 @@ def test_network_accepts_scalar_cond_and_conditioned_view():
     assert torch.equal(g(x, 1.0), g(x, cond_for(2, 1.0)))
     assert torch.equal(g(x, torch.tensor(1.0)), g(x, cond_for(2, 1.0)))
     gx = Conditioned(g, 1.0)
-    assert (gx.inverse(gx(x)) - x).abs().max() <= 1e-10
+    assert_near(gx.inverse(gx(x)), x, eps_factor=1e6)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from linearizer.flow.build import build_flow
 from linearizer.flow.config import FlowConfig
 from linearizer.flow.objective import draw_noise, flow_loss
 from linearizer.invertible import cpu_network, memsave, paper_network, set_dropout_seed
+from tolerance import assert_near
 
 TINY = dict(img_size=8, rank=2, lora_emb=8, lora_hidden=16, v_scale=0.125)
 
@@ -70,7 +71,7 @@ def test_saves_only_the_output_and_input_gradient_matches():
     plain = _saved_bytes(lambda: g.inverse(g(xa, 1.0), 0.0))
     saving = _saved_bytes(lambda: memsave.inverse(g, memsave.forward(g, xb, 1.0), 0.0))
     assert saving * 10 < plain
-    assert torch.allclose(xa.grad, xb.grad, atol=1e-10, rtol=0)
+    assert_near(xa.grad, xb.grad, eps_factor=1e5)
 
 
 def test_plain_path_without_gradients_or_before_actnorm_start():

@@ -40,6 +40,7 @@ from linearizer.metrics import (
 )
 from linearizer.metrics import fid as fid_mod
 from linearizer.metrics.classifier import random_shift
+from tolerance import assert_near
 
 FIXTURE = Path(__file__).parent / "data" / "mnist_test_20.npz"
 
@@ -242,7 +243,7 @@ def test_classifier_accepts_28x28_like_the_loader(model, digits):
     images, _ = digits
     with np.load(FIXTURE) as npz:
         small = torch.from_numpy(npz["images"]).float().div(255).unsqueeze(1)
-    torch.testing.assert_close(lenet_features(small, model), lenet_features(images, model))
+    assert_near(lenet_features(small, model), lenet_features(images, model), eps_factor=1e3)
     with pytest.raises(LinearizerError, match="expects"):
         model(torch.zeros(2, 3, 32, 32))
 
@@ -297,7 +298,7 @@ def test_random_shift_keeps_shape_and_zero_shift_is_identity():
     g = torch.Generator().manual_seed(0)
     x = torch.rand(5, 1, 32, 32)
     assert random_shift(x, 2, g).shape == x.shape
-    torch.testing.assert_close(random_shift(x, 0, g), x)
+    assert torch.equal(random_shift(x, 0, g), x)
     assert LeNet().feature_dim == 84
 
 

@@ -23,6 +23,7 @@ from linearizer.operators import (
     TimeLoRA,
     apply_depthwise,
 )
+from tolerance import assert_near, eps, rel_err
 
 F64 = torch.float64
 
@@ -132,7 +133,7 @@ def test_lowrank_never_materialises_dense() -> None:
     z = torch.randn(2, d)
     out = op(z)
     expected = (z @ op.V) @ op.U.T + z
-    assert out.shape == (2, d) and torch.allclose(out, expected)
+    assert out.shape == (2, d) and rel_err(out, expected) <= 1e3 * eps(out.dtype)
 
 
 # --------------------------------------------------------------------------- TimeLoRA
@@ -227,7 +228,7 @@ def test_lora_large_features_stay_factored() -> None:
     out = op(z, t)
     u, v = op.factors(t)
     assert out.shape == (3, d)
-    assert torch.allclose(out, torch.einsum("bdr,bd->br", v, z).unsqueeze(1).mul(u).sum(-1))
+    assert_near(out, torch.einsum("bdr,bd->br", v, z).unsqueeze(1).mul(u).sum(-1), eps_factor=1e3)
 
 
 def test_lora_gradients_reach_both_hypernetworks() -> None:

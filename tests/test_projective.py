@@ -26,6 +26,8 @@ from linearizer.projective.model import random_directions
 from linearizer.projective.task import ProjectiveTask, build_model
 from linearizer.training.config import apply_overrides
 from linearizer.training.trainer import train
+from tolerance import assert_near, eps
+from tolerance import rel_err as rel_diff
 
 SHAPE = (1, 8, 8)
 
@@ -77,7 +79,7 @@ def test_idempotent_everywhere_float64(projector):
     model = random_model(projector, torch.float64)
     for name, x in families(torch.float64).items():
         y = model(x)
-        assert not torch.allclose(y, x, atol=1e-3), name  # a real projection, not the identity
+        assert rel_diff(y, x) > 1e-3, name  # a real projection, not the identity
         assert rel_err(model, x) <= 1e-10, name
 
 
@@ -102,9 +104,9 @@ def test_range_is_rank_k_and_svd_is_exposed():
     model = random_model("orthogonal", torch.float64)
     svd = model.as_linearizer().svd()
     assert model.rank == 5 and svd.S.shape == (5,)
-    assert torch.allclose(svd.S, torch.ones(5, dtype=torch.float64))
+    assert_near(svd.S, torch.ones(5, dtype=torch.float64), eps_factor=1e3)
     # f fixes each induced direction g^-1(q_i): it lies in the range
-    assert torch.allclose(model(svd.V_x), svd.V_x, atol=1e-9)
+    assert_near(model(svd.V_x), svd.V_x, eps_factor=1e5)
 
 
 def test_ign_terms_vanish_for_the_exact_projector():
@@ -113,13 +115,15 @@ def test_ign_terms_vanish_for_the_exact_projector():
     z = families(torch.float64)["gauss"]
     t = ign_terms(model, x, z)
     assert float(t["rec"].detach()) > 1e-3
-    assert abs(float(t["idem"].detach())) <= 1e-12 and abs(float(t["tight"].detach())) <= 1e-12
+    # the terms are means of |f(f(z)) - f(z)|: rounding relative to the size of f(z)
+    bound = 1e5 * eps(torch.float64) * float(model(z).detach().abs().mean())
+    assert abs(float(t["idem"].detach())) <= bound and abs(float(t["tight"].detach())) <= bound
 
 
 def test_sliced_w2_and_directions():
     a = torch.randn(64, 4, dtype=torch.float64)
     d = random_directions(4, 16, seed=3, like=a)
-    assert torch.allclose(d.norm(dim=0), torch.ones(16, dtype=torch.float64))
+    assert_near(d.norm(dim=0), torch.ones(16, dtype=torch.float64), eps_factor=100)
     assert float(sliced_w2(a, a.flip(0), d)) == 0.0
     assert float(sliced_w2(a, a + 1.0, d)) > 0.1
     with pytest.raises(LinearizerError):
@@ -259,7 +263,7 @@ def test_ign_is_evaluated_with_batch_statistics_without_touching_the_model():
     x = torch.rand(6, *SHAPE)
     twin = as_trained(net)
     assert twin is not net and any(m.training for m in twin.modules())
-    assert torch.allclose(apply(net, x), twin(x))
+    assert_near(apply(net, x), twin(x), eps_factor=100)
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
     ours = random_model("orthogonal", torch.float32)
     assert as_trained(ours) is ours

@@ -34,8 +34,6 @@ try:  # the paper's U-Net conditioners (another engineer's module)
 except ImportError:  # pragma: no cover
     paper_network = None
 
-# tiny ops: extra threads only contend on the 2 shared cores (10x slower under load)
-torch.set_num_threads(1)
 
 F64 = torch.float64
 RTOL = 1e-10

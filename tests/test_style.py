@@ -21,6 +21,7 @@ from linearizer.style import (
     save_image,
 )
 from linearizer.style.evaluate import kernel_linearity_error, mixing_errors, strip_metrics
+from tolerance import assert_near
 
 STYLES = ["a", "b", "c"]
 
@@ -86,18 +87,18 @@ def test_kernels_combine_linearly():
     k1, k2 = bank.kernels[0].detach(), bank.kernels[1].detach()
     lhs = apply_operator(z, 0.3 * k1 - 2.0 * k2)
     rhs = 0.3 * apply_operator(z, k1) - 2.0 * apply_operator(z, k2)
-    assert torch.allclose(lhs, rhs, atol=1e-12)
+    assert_near(lhs, rhs, eps_factor=1e4)
     assert kernel_linearity_error(_bank("channelmix"), x) <= 1e-12
 
 
 def test_strength_endpoints_and_interpolation_line():
     bank, x = _bank("channelmix"), _x()
     with torch.no_grad():
-        assert torch.allclose(bank.strength(x, "b", 0.0), x, atol=1e-10)  # g_x = g_y: identity
-        assert torch.allclose(bank.strength(x, "b", 1.0), bank.stylise(x, "b"), atol=1e-12)
+        assert_near(bank.strength(x, "b", 0.0), x, eps_factor=1e6)  # g_x = g_y: identity
+        assert_near(bank.strength(x, "b", 1.0), bank.stylise(x, "b"), eps_factor=1e4)
         frames, alphas = bank.interpolate(x[:1], "a", "c", 5)
-        assert torch.allclose(frames[0], bank.stylise(x[:1], "a")[0], atol=1e-12)
-        assert torch.allclose(frames[-1], bank.stylise(x[:1], "c")[0], atol=1e-12)
+        assert_near(frames[0], bank.stylise(x[:1], "a")[0], eps_factor=1e4)
+        assert_near(frames[-1], bank.stylise(x[:1], "c")[0], eps_factor=1e4)
         metrics = strip_metrics(bank, frames, alphas)
     assert metrics["path_dev_g"] <= 1e-10
 
@@ -107,13 +108,14 @@ def test_bank_as_linearizer_matches_and_has_exact_adjoint():
     weights = {"a": 0.4, "c": 0.6}
     f = bank.linearizer(weights, image_size=(16, 16), identity=0.25)
     with torch.no_grad():
-        assert torch.allclose(f(x), bank.apply_weights(x, weights, 0.25), atol=1e-12)
+        assert_near(f(x), bank.apply_weights(x, weights, 0.25), eps_factor=1e4)
     op = bank.operator(weights, 0.25, (16, 16))
     z, y = (
         torch.randn(2, op.in_features, dtype=torch.float64),
         torch.randn(2, op.in_features, dtype=torch.float64),
     )
-    assert torch.allclose((op(z) * y).sum(), (z * op.transpose_apply(y)).sum(), atol=1e-10)
+    lhs, rhs = (op(z) * y).sum(), (z * op.transpose_apply(y)).sum()
+    assert_near(lhs, rhs, eps_factor=1e3, scale=float((op(z) * y).abs().sum()))
 
 
 def test_index_model_hits_styles_at_integer_indices():
@@ -135,8 +137,8 @@ def test_index_model_hits_styles_at_integer_indices():
             p.add_(0.05 * torch.randn_like(p))
         x = _x()
         frames, _ = net.interpolate(x[:1], 0, 2, 3)
-        assert torch.allclose(frames[1], net.stylise(x[:1], 1)[0], atol=1e-12)  # t passes b
-        assert torch.allclose(net.at_index(x, 2.0), net.stylise(x, "c"), atol=1e-12)
+        assert_near(frames[1], net.stylise(x[:1], 1)[0], eps_factor=1e4)  # t passes b
+        assert_near(net.at_index(x, 2.0), net.stylise(x, "c"), eps_factor=1e4)
 
 
 def test_bad_style_inputs_raise():

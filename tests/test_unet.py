@@ -11,8 +11,10 @@ from linearizer.errors import LinearizerError
 from linearizer.invertible import set_dropout_seed
 from linearizer.invertible.unet import PaperUNet, ResBlock, paper_network, time_features
 from official_fixture import CKPT, load_golden, needs_fixture
+from tolerance import assert_near, rel_err
 
 PREFIX = "net_gx.g.blocks.0.F.cond.net."
+PARITY_EPS = 1000  # float32 parity with the authors' outputs, in eps of each tensor's scale
 
 
 @pytest.fixture(scope="module")
@@ -87,20 +89,18 @@ def test_conditioner_matches_official_output_and_every_intermediate(golden, unet
     finally:
         for h in handles:
             h.remove()
-    torch.testing.assert_close(out, golden["out.cond_b0F_raw"], rtol=0, atol=2e-5)
+    assert_near(out, golden["out.cond_b0F_raw"], eps_factor=PARITY_EPS, what="cond_b0F_raw")
     # their map_noise is [cos | sin]; ours is the swapped [sin | cos] that feeds map_layer0
     feats = time_features(golden["in.cond_t"], unet.time_channels)
     half = unet.time_channels // 2
     swapped = torch.cat([feats[:, half:], feats[:, :half]], dim=1)
-    torch.testing.assert_close(swapped, golden["dbg.cond.map_noise"], rtol=0, atol=2e-5)
+    assert_near(swapped, golden["dbg.cond.map_noise"], eps_factor=PARITY_EPS, what="map_noise")
     expected = [k[len("dbg.cond.") :] for k in golden if k.startswith("dbg.cond.")]
     expected.remove("map_noise")
     checked = 0
     for name in expected:
         assert name in seen, f"no intermediate recorded for dbg.cond.{name}"
-        torch.testing.assert_close(
-            seen[name], golden[f"dbg.cond.{name}"], rtol=0, atol=2e-5, msg=name
-        )
+        assert_near(seen[name], golden[f"dbg.cond.{name}"], eps_factor=PARITY_EPS, what=name)
         checked += 1
     assert checked == 49
 
@@ -178,10 +178,10 @@ def test_shapes_dtypes_and_flag_handling():
     out = net(x, torch.zeros(2, dtype=torch.float64))
     assert out.shape == (2, 6, 8, 8) and out.dtype == torch.float64
     assert torch.equal(net(x), out)  # cond=None means tau = 0
-    assert not torch.allclose(net(x, torch.ones(2)), out)
+    assert rel_err(net(x, torch.ones(2)), out) > 1e-3
     assert torch.equal(net(x, torch.tensor(1.0)), net(x, torch.ones(2)))  # scalar broadcasts
     per_sample = net(x, torch.tensor([0.0, 1.0]))
-    torch.testing.assert_close(per_sample[0], out[0])
+    assert_near(per_sample[0], out[0], eps_factor=1e3)
     with pytest.raises(LinearizerError, match="expects"):
         net(torch.randn(2, 2, 8, 8, dtype=torch.float64))
     with pytest.raises(LinearizerError, match="divisible"):
@@ -202,9 +202,9 @@ def test_paper_network_is_exactly_invertible_in_train_mode_with_dropout():
     set_dropout_seed(g, 7)
     x = torch.randn(3, 1, 8, 8, dtype=torch.float64)
     z = g(x, 1.0)
-    torch.testing.assert_close(g.inverse(z, 1.0), x, rtol=0, atol=1e-10)
+    assert_near(g.inverse(z, 1.0), x, eps_factor=1e5, what="round trip")
     # the dropout is really active: another seed gives another map
     set_dropout_seed(g, 8)
-    assert not torch.allclose(g(x, 1.0), z)
+    assert rel_err(g(x, 1.0), z) > 1e-3
     assert g.blocks[0].F.clamp_mode == "hard" and g.blocks[0].F.clamp == 5.0
     assert isinstance(g.blocks[0].F.cond, PaperUNet) and g.blocks[0].F.cond.in_channels == 2

@@ -9,9 +9,8 @@ Unit latent vectors decode to almost ``g^-1(0)``, because typical latents are mu
 ``s0 = median |g_noise(x0)|`` over Gaussian noise ``x0``, outputs at ``s1 = median |B g_noise(x0)|``
 (the typical length of a generated data latent).
 
->>> # doctest: +SKIP
->>> result = induced_svd(model, steps=100, method="euler", k=16)
->>> render_svd(result, "out/")
+>>> result = induced_svd(model, steps=100, method="euler", k=16)  # doctest: +SKIP
+>>> render_svd(result, "out/")  # doctest: +SKIP
 """
 
 from __future__ import annotations
