@@ -1,0 +1,129 @@
+"""Colour: image-folder and CelebA-layout datasets on images the tests make."""
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from linearizer.data.folder import load_folder, parse_dataset, resize_crop
+from linearizer.errors import LinearizerError
+
+
+def write_images(folder, n=4, size=(30, 20), fmt="png", sub=""):
+    """Images whose pixel (x, y) encodes its position, so a crop can be located exactly."""
+    (folder / sub).mkdir(parents=True, exist_ok=True)
+    w, h = size
+    for i in range(n):
+        arr = np.zeros((h, w, 3), np.uint8)
+        arr[..., 0] = (np.arange(w) * 255 // max(w - 1, 1))[None, :]
+        arr[..., 1] = (np.arange(h) * 255 // max(h - 1, 1))[:, None]
+        arr[..., 2] = 20 * i
+        Image.fromarray(arr).save(folder / sub / f"img{i}.{fmt}")
+
+
+def test_folder_loads_rgb_and_grey(tmp_path):
+    write_images(tmp_path / "data", n=5)
+    rgb, labels = load_folder(tmp_path / "data", "all", img_size=8, cache_dir=tmp_path / "c")
+    assert rgb.shape == (5, 3, 8, 8) and rgb.dtype == torch.float32
+    assert 0.0 <= float(rgb.min()) and float(rgb.max()) <= 1.0
+    assert labels.tolist() == [0] * 5
+    # blue encodes the file index: files come in sorted order
+    assert torch.allclose(rgb[:, 2, 0, 0] * 255, torch.tensor([0.0, 20, 40, 60, 80]), atol=0.5)
+    grey, _ = load_folder(
+        tmp_path / "data", "all", img_size=8, channels=1, cache_dir=tmp_path / "c"
+    )
+    assert grey.shape == (5, 1, 8, 8)
+
+
+def test_resize_then_centre_crop_like_the_authors():
+    # CelebA's 178 x 218 goes to 64 x 78, then rows 7..70.
+    img = Image.new("RGB", (178, 218))
+    out = resize_crop(img, 64)
+    assert out.size == (64, 64)
+    arr = np.zeros((218, 178), np.uint8)
+    arr[:, 89:] = 255  # right half white: stays centred after the crop
+    grey = np.asarray(resize_crop(Image.fromarray(arr), 64))
+    assert grey[:, :31].max() < 128 and grey[:, 33:].min() > 128
+
+
+def test_labels_from_subfolders_and_stable_splits(tmp_path):
+    write_images(tmp_path / "d", n=12, sub="cats")
+    write_images(tmp_path / "d", n=12, sub="dogs")
+    kw = dict(img_size=4, cache_dir=tmp_path / "c")
+    every, labels = load_folder(tmp_path / "d", "all", **kw)
+    train, _ = load_folder(tmp_path / "d", "train", **kw)
+    test, _ = load_folder(tmp_path / "d", "test", **kw)
+    assert sorted(set(labels.tolist())) == [0, 1]
+    assert len(train) + len(test) == len(every) == 24 and len(test) > 0
+
+
+def test_cache_is_reused_and_rebuilt_when_a_file_changes(tmp_path):
+    write_images(tmp_path / "d", n=3)
+    cache = tmp_path / "c"
+    first, _ = load_folder(tmp_path / "d", "all", img_size=6, cache_dir=cache)
+    files = sorted(cache.iterdir())
+    assert len(files) == 1
+    with np.load(files[0]) as z:
+        assert list(z["files"]) == ["img0.png", "img1.png", "img2.png"] and len(z["sha256"]) == 3
+    again, _ = load_folder(tmp_path / "d", "all", img_size=6, cache_dir=cache)
+    assert torch.equal(first, again) and sorted(cache.iterdir()) == files
+    Image.fromarray(np.full((20, 30, 3), 255, np.uint8)).save(tmp_path / "d" / "img1.png")
+    changed, _ = load_folder(tmp_path / "d", "all", img_size=6, cache_dir=cache)
+    assert len(list(cache.iterdir())) == 2
+    assert float(changed[1].min()) == 1.0 and torch.equal(changed[0], first[0])
+
+
+def test_empty_folder_is_one_line_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no images")
+    with pytest.raises(LinearizerError, match="no PNG or JPEG") as e:
+        load_folder(tmp_path / "empty", cache_dir=tmp_path / "c")
+    assert "\n" not in str(e.value)
+    with pytest.raises(LinearizerError, match="no such image folder"):
+        load_folder(tmp_path / "missing", cache_dir=tmp_path / "c")
+
+
+def test_unreadable_file_is_named(tmp_path):
+    write_images(tmp_path / "d", n=2, fmt="jpg")
+    (tmp_path / "d" / "broken.png").write_bytes(b"\x89PNG not really")
+    with pytest.raises(LinearizerError, match="broken.png") as e:
+        load_folder(tmp_path / "d", "all", img_size=4, cache_dir=tmp_path / "c")
+    assert "\n" not in str(e.value)
+
+
+def test_mixed_sizes_are_refused_unless_allowed(tmp_path):
+    write_images(tmp_path / "d", n=2, size=(30, 20))
+    Image.new("RGB", (16, 16)).save(tmp_path / "d" / "odd.png")
+    with pytest.raises(LinearizerError, match="mixed sizes.*odd.png"):
+        load_folder(tmp_path / "d", "all", img_size=4, cache_dir=tmp_path / "c")
+    images, _ = load_folder(
+        tmp_path / "d", "all", img_size=4, mixed_sizes=True, cache_dir=tmp_path / "c"
+    )
+    assert images.shape == (3, 3, 4, 4)
+
+
+def test_celeba_layout_and_partition(tmp_path):
+    root = tmp_path / "celeba"
+    write_images(root, n=5, size=(178, 218), fmt="jpg", sub="img_align_celeba")
+    names = [f"img{i}.jpg" for i in range(5)]
+    parts = ["0", "0", "1", "2", "0"]
+    (root / "list_eval_partition.txt").write_text(
+        "".join(f"{n} {p}\n" for n, p in zip(names, parts))
+    )
+    kw = dict(img_size=16, layout="celeba", cache_dir=tmp_path / "c")
+    train, _ = load_folder(root, "train", **kw)
+    test, _ = load_folder(root, "test", **kw)
+    assert train.shape == (3, 3, 16, 16) and test.shape == (1, 3, 16, 16)
+    assert float(test[0, 2, 0, 0]) * 255 == pytest.approx(60, abs=3)  # img3 (jpeg-rounded)
+    (root / "list_eval_partition.txt").write_text("img0.jpg seven\n")
+    with pytest.raises(LinearizerError, match="line 1"):
+        load_folder(root, "train", **kw)
+    with pytest.raises(LinearizerError, match="not a CelebA folder"):
+        load_folder(tmp_path, "train", **kw)
+
+
+def test_parse_dataset():
+    assert parse_dataset("folder:/a/b") == ("folder", "/a/b")
+    assert parse_dataset("mnist") == ("mnist", None)
+    with pytest.raises(LinearizerError, match="names no folder"):
+        parse_dataset("folder:")
