@@ -1,0 +1,319 @@
+"""The Gradio page over an :class:`~linearizer.explore.session.Explorer` (``pip install
+linearizer[app]``). Only the tabs that apply to the run are built. Every handler answers bad input
+(a non-image upload, one over the size limit, an out-of-range value) with a message in the page,
+and the server keeps serving.
+
+>>> # doctest: +SKIP
+>>> app = build_app(open_run("runs/flow-cpu"))
+>>> app.launch(server_name="127.0.0.1", server_port=7860)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import LinearizerError
+from .images import MAX_UPLOAD_BYTES, UPLOAD_HINT
+from .session import FLOW_TABS, PROJECT_TAB, STYLE_TAB, Explorer, pick_picture
+
+log = logging.getLogger(__name__)
+HARD_UPLOAD_LIMIT = 8 * MAX_UPLOAD_BYTES  # Gradio refuses bigger requests before the handler
+DRAW_HINT = "Draw a digit (any colour on the white canvas) or upload a picture; an upload wins."
+
+
+def gradio() -> Any:
+    """The ``gradio`` module, or a one-line error saying how to install it."""
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no calls home
+    try:
+        import gradio
+    except ImportError:
+        raise LinearizerError("the explorer needs Gradio: pip install linearizer[app]") from None
+    return gradio
+
+
+def guarded(fn: Callable[..., tuple], n_pictures: int) -> Callable[..., tuple]:
+    """``fn`` whose failures become ``(None, ..., message)``: the page shows the message and
+    the server carries on."""
+
+    def handler(*args: Any) -> tuple:
+        try:
+            return fn(*args)
+        except LinearizerError as e:
+            message = f"⚠️ {e}"
+        except Exception as e:  # keep serving; the log has the traceback
+            log.exception("explorer handler %s failed", getattr(fn, "__name__", fn))
+            message = f"⚠️ internal error ({type(e).__name__}: {e})"
+        return (*([None] * n_pictures), message)
+
+    handler.__name__ = getattr(fn, "__name__", "handler")
+    return handler
+
+
+def build_app(run: Any, *, k: int = 6, steps: int | None = None, method: str | None = None):
+    """A ``gr.Blocks`` page for ``run`` (a loaded run, or an :class:`Explorer` of one)."""
+    gr = gradio()
+    ex = run if isinstance(run, Explorer) else Explorer(run, k=k, steps=steps, method=method)
+    with gr.Blocks(title=f"linearizer explore: {ex.run.path}") as demo:
+        gr.Markdown(f"## linearizer explore\n{ex.describe()}")
+        with gr.Tabs():
+            if ex.flow:
+                _generate_tab(gr, ex)
+                _walk_tab(gr, ex, demo)
+                _invert_tab(gr, ex)
+            if ex.projective:
+                _project_tab(gr, ex)
+            if ex.style:
+                _style_tab(gr, ex, demo)
+    demo.explorer = ex  # for tests and the benchmark
+    return demo
+
+
+def launch(demo: Any, host: str = "127.0.0.1", port: int | None = None, block: bool = True):
+    """Serve ``demo`` on ``host:port`` (one request at a time: the model is shared)."""
+    demo.queue(default_concurrency_limit=1)
+    return demo.launch(
+        server_name=host,
+        server_port=port,
+        prevent_thread_lock=not block,
+        max_file_size=HARD_UPLOAD_LIMIT,
+        quiet=not block,
+        footer_links=[],
+    )
+
+
+def _image(gr: Any, label: str, **kw: Any) -> Any:
+    return gr.Image(label=label, type="numpy", interactive=False, format="png", **kw)
+
+
+def _inputs(gr: Any, what: str = "picture") -> tuple[Any, Any]:
+    gr.Markdown(DRAW_HINT)
+    with gr.Row():
+        draw = gr.Sketchpad(
+            label=f"draw a {what}",
+            type="numpy",
+            canvas_size=(280, 280),
+            brush=gr.Brush(default_size=22, colors=["#000000"]),
+        )
+        upload = gr.File(label=f"or upload ({UPLOAD_HINT})", type="filepath")
+    return draw, upload
+
+
+# ----------------------------------------------------------------------------- flow tabs
+
+
+def _generate_tab(gr: Any, ex: Explorer) -> None:
+    f = ex.flow
+    with gr.Tab(FLOW_TABS[0]):
+        with gr.Row():
+            seed = gr.Number(0, label="seed", precision=0)
+            count = gr.Slider(1, 16, value=8, step=1, label="count")
+            steps = gr.Slider(1, 1000, value=f.steps, step=1, label="T (solver steps)")
+            method = gr.Radio(["euler", "rk4"], value=f.method, label="method")
+        button = gr.Button("Generate", variant="primary", elem_id="generate-button")
+        with gr.Row():
+            one = _image(gr, "one step: g_data⁻¹(B g_noise(x0))", elem_id="one-step")
+            multi = _image(gr, "multi-step solver", elem_id="multi-step")
+        text = gr.Markdown(elem_id="generate-text")
+        button.click(
+            guarded(f.generate, 2),
+            [seed, count, steps, method],
+            [one, multi, text],
+            api_name="generate",
+        )
+
+
+def _walk_tab(gr: Any, ex: Explorer, demo: Any) -> None:
+    f = ex.flow
+    with gr.Tab(FLOW_TABS[1]):
+        gr.Markdown(
+            "Move the noise's latent along the top singular directions of B "
+            "(in standard deviations of each coordinate); the output moves along "
+            "σᵢ uᵢ exactly."
+        )
+        seed = gr.Number(0, label="seed", precision=0)
+        sliders = [
+            gr.Slider(
+                -5,
+                5,
+                value=0,
+                step=0.1,
+                label=f"c{i + 1} (σ{i + 1} = {float(s):.3g})",
+                elem_id=f"walk-c{i + 1}",
+            )
+            for i, s in enumerate(f.sigma[: f.k])
+        ]
+        with gr.Row():
+            walked = _image(gr, "walked sample", elem_id="walked")
+            base = _image(gr, "sample of the seed (c = 0)", elem_id="walk-base")
+        text = gr.Markdown(elem_id="walk-text")
+
+        def walk(seed: float, *c: float) -> tuple:
+            return f.walk(int(seed or 0), c)
+
+        gr.on(
+            [demo.load, seed.change, *(s.change for s in sliders)],
+            guarded(walk, 2),
+            [seed, *sliders],
+            [walked, base, text],
+            api_name="walk",
+            trigger_mode="always_last",
+        )
+
+
+def _invert_tab(gr: Any, ex: Explorer) -> None:
+    f = ex.flow
+    with gr.Tab(FLOW_TABS[2]):
+        draw, upload = _inputs(gr, "digit")
+        seed = gr.Number(0, label="seed of a sample to use when nothing is drawn", precision=0)
+        button = gr.Button("Invert", variant="primary")
+        with gr.Row():
+            seen = _image(gr, "input x as the model sees it")
+            noise = _image(gr, "its noise x0 = g_noise⁻¹(B⁻¹ g_data(x))")
+            again = _image(gr, "regenerated f(x0)")
+        text = gr.Markdown()
+
+        def invert(drawing: Any, file: Any, seed: float) -> tuple:
+            picture = pick_picture(file, drawing)
+            return f.invert(f.sample_picture(int(seed or 0)) if picture is None else picture)
+
+        button.click(
+            guarded(invert, 3), [draw, upload, seed], [seen, noise, again, text], api_name="invert"
+        )
+
+        gr.Markdown("### Interpolate from the picture above to a second one")
+        with gr.Row():
+            second = gr.File(label=f"second picture ({UPLOAD_HINT})", type="filepath")
+            seed_b = gr.Number(1, label="or the sample of this seed", precision=0)
+            frames = gr.Slider(2, 16, value=8, step=1, label="frames")
+        go = gr.Button("Interpolate")
+        in_noise = _image(gr, "straight line between the two noises")
+        in_latent = _image(gr, "straight line in the data network's induced space")
+        text2 = gr.Markdown()
+
+        def interpolate(
+            drawing: Any, file: Any, seed: float, other: Any, seed_b: float, frames: float
+        ) -> tuple:
+            a = pick_picture(file, drawing)
+            a = f.sample_picture(int(seed or 0)) if a is None else a
+            b = pick_picture(other, None)
+            b = f.sample_picture(int(seed_b or 0)) if b is None else b
+            return f.interpolate(a, b, int(frames))
+
+        go.click(
+            guarded(interpolate, 2),
+            [draw, upload, seed, second, seed_b, frames],
+            [in_noise, in_latent, text2],
+            api_name="interpolate",
+        )
+
+
+# ----------------------------------------------------------------------------- other runs
+
+
+def _project_tab(gr: Any, ex: Explorer) -> None:
+    p = ex.projective
+    with gr.Tab(PROJECT_TAB):
+        draw, upload = _inputs(gr, "digit")
+        with gr.Row():
+            corruption = gr.Dropdown(p.corruptions, value="none", label="corruption")
+            seed = gr.Number(
+                0, label="seed (corruption; noise input when nothing is drawn)", precision=0
+            )
+        button = gr.Button("Project", variant="primary")
+        with gr.Row():
+            seen = _image(gr, "input x")
+            once = _image(gr, "f(x)")
+            twice = _image(gr, "f(f(x))")
+        text = gr.Markdown()
+
+        def picked(drawing: Any, file: Any, seed: float):
+            picture = pick_picture(file, drawing)
+            return p.noise_input(int(seed or 0)) if picture is None else p.model_input(picture)
+
+        def project(drawing: Any, file: Any, corruption: str, seed: float) -> tuple:
+            return p.project(picked(drawing, file, seed), corruption, int(seed or 0))
+
+        button.click(
+            guarded(project, 3),
+            [draw, upload, corruption, seed],
+            [seen, once, twice, text],
+            api_name="project",
+        )
+        if p.methods:
+            method = gr.Dropdown(p.methods, value=p.methods[0], label="restoration method")
+            fix = gr.Button("Restore")
+            with gr.Row():
+                bad, fixed = _image(gr, "corrupted"), _image(gr, "restored")
+            text2 = gr.Markdown()
+
+            def restore(drawing: Any, file: Any, corruption: str, seed: float, m: str) -> tuple:
+                return p.restore(picked(drawing, file, seed), corruption, m, int(seed or 0))
+
+            fix.click(
+                guarded(restore, 2),
+                [draw, upload, corruption, seed, method],
+                [bad, fixed, text2],
+                api_name="restore",
+            )
+
+
+def _style_tab(gr: Any, ex: Explorer, demo: Any) -> None:
+    s = ex.style
+    with gr.Tab(STYLE_TAB):
+        with gr.Row():
+            name = gr.Dropdown(list(s.contents), value=next(iter(s.contents)), label="content")
+            upload = gr.File(label=f"or upload a picture ({UPLOAD_HINT})", type="filepath")
+        with gr.Row():
+            shown = _image(gr, "content x")
+            result = _image(gr, "styled")
+        pure = _image(gr, f"each style alone: {', '.join(s.styles)}")
+        text = gr.Markdown()
+
+        def content(name: str, file: Any):
+            return s.content(name, pick_picture(file, None))
+
+        if s.is_bank:
+            strength = gr.Slider(0, 2, value=1, step=0.05, label="strength a")
+            weights = [
+                gr.Slider(-1, 2, value=1.0 if i == 0 else 0.0, step=0.05, label=f"w[{n}]")
+                for i, n in enumerate(s.styles)
+            ]
+
+            def mix(name: str, file: Any, a: float, *w: float) -> tuple:
+                x = content(name, file)
+                shown, styled, formula = s.mix(x, w, a)
+                return shown, styled, s.pure_styles(x), formula
+
+            gr.on(
+                [
+                    demo.load,
+                    name.change,
+                    upload.change,
+                    strength.change,
+                    *(w.change for w in weights),
+                ],
+                guarded(mix, 3),
+                [name, upload, strength, *weights],
+                [shown, result, pure, text],
+                api_name="style_mix",
+                trigger_mode="always_last",
+            )
+        else:
+            t = gr.Slider(0, len(s.styles) - 1, value=0, step=0.05, label="style index t")
+
+            def index(name: str, file: Any, t: float) -> tuple:
+                x = content(name, file)
+                shown, styled, formula = s.at_index(x, t)
+                return shown, styled, s.pure_styles(x), formula
+
+            gr.on(
+                [demo.load, name.change, upload.change, t.change],
+                guarded(index, 3),
+                [name, upload, t],
+                [shown, result, pure, text],
+                api_name="style_index",
+                trigger_mode="always_last",
+            )

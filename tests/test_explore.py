@@ -1,0 +1,236 @@
+"""The explorer: its handlers called directly, then the Gradio page served on 127.0.0.1 in this
+process and driven through gradio_client, one test per tab (smoke runs made by the CLI)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from linearizer.cli.main import main
+from linearizer.errors import LinearizerError
+from linearizer.explore import MAX_UPLOAD_BYTES, Explorer, open_run
+from linearizer.explore.images import drawing_array, read_upload, to_model_image
+from linearizer.style.images import save_image
+
+F64_EPS = torch.finfo(torch.float64).eps
+F32_EPS = torch.finfo(torch.float32).eps
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("explore")
+    quiet = ["--set", "progress=false"]
+    assert main(["train", "flow", "--preset", "smoke", "--out", str(root / "flow"), *quiet]) == 0
+    assert main(["train", "projective", "--preset", "smoke", "--out", str(root / "proj"),
+                 *quiet]) == 0  # fmt: skip
+    for i, path in enumerate(["cat.png", "t/red/cat.png", "t/blue/cat.png"]):
+        img = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(i))
+        save_image(img, root / "s" / path)
+    assert main(["train", "style", "--preset", "smoke", "--content", str(root / "s" / "cat.png"),
+                 "--styles", str(root / "s" / "t"), "--out", str(root / "style")]) == 0  # fmt: skip
+    return root
+
+
+@pytest.fixture(scope="module")
+def flow(runs):
+    return Explorer(open_run(runs / "flow"), k=4)
+
+
+def _digit(bright_page: bool = True) -> np.ndarray:
+    """A drawn '1' as a sketchpad gives it: RGBA, ink opaque, the rest transparent."""
+    img = np.zeros((120, 120, 4), np.uint8)
+    img[20:100, 55:68] = (0, 0, 0, 255) if bright_page else (255, 255, 255, 255)
+    return img
+
+
+def _png(path, array) -> str:
+    Image.fromarray(array).save(path)
+    return str(path)
+
+
+# ----------------------------------------------------------------------------- pictures
+
+
+def test_drawing_is_centred_light_on_dark():
+    x = to_model_image(_digit(), (1, 16, 16))
+    assert x.shape == (1, 1, 16, 16) and float(x.min()) >= 0 and float(x.max()) <= 1
+    assert float(x[0, 0, :, 7:9].mean()) > 0.5  # the stroke, in the centre, is light
+    assert float(x[0, 0, :, :3].max()) == 0.0  # the margin is dark
+    assert drawing_array({"composite": np.zeros((30, 30, 4), np.uint8)}) is None  # blank canvas
+
+
+def test_uploads_that_are_not_images_or_too_large_are_refused(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("not a picture")
+    with pytest.raises(LinearizerError, match="notes.txt: not an image"):
+        read_upload(text)
+    big = tmp_path / "big.png"
+    big.write_bytes(b"\x89PNG" + bytes(MAX_UPLOAD_BYTES))
+    with pytest.raises(LinearizerError, match="big.png: .* over the 2 MiB limit"):
+        read_upload(big)
+    ok = read_upload(_png(tmp_path / "ok.png", np.full((9, 7), 200, np.uint8)))
+    assert ok.shape == (9, 7, 3)
+
+
+# ----------------------------------------------------------------------------- handlers
+
+
+def test_flow_tabs_and_generate(flow):
+    assert flow.tabs == ["Generate", "Walk", "Invert & edit"]
+    one, multi, text = flow.flow.generate(3, 4, 10, "euler")
+    assert one.shape == multi.shape and one.dtype == np.uint8
+    assert "PSNR" in text
+    with pytest.raises(LinearizerError, match="T must be in"):
+        flow.flow.generate(0, 1, 0, "euler")
+
+
+def test_walk_is_the_induced_linear_combination(flow):
+    f = flow.flow
+    still, base, _ = f.walk(0, [0.0] * f.k)
+    assert np.array_equal(still, base)
+    moved, base2, text = f.walk(0, [2.0, 0.0, -1.0, 0.0])
+    assert np.array_equal(base, base2) and not np.array_equal(moved, base)
+    assert "+2.00·" in text and "u3" in text and "u2" not in text
+    z1, _, combination = f.walk_latents(0, torch.tensor([2.0, 0.0, -1.0, 0.0]))
+    scale = float(z1.abs().max())  # B(z0 + Σ c s v) = B z0 + Σ c s σ u, in float64
+    torch.testing.assert_close(combination, z1, rtol=0, atol=1e3 * F64_EPS * scale)
+    with pytest.raises(LinearizerError, match="4 finite coefficients"):
+        f.walk(0, [1.0])
+
+
+def test_invert_regenerates_the_drawing(flow):
+    f = flow.flow
+    seen, noise, again, text = f.invert(_digit())
+    x = f.model_input(_digit())
+    x0 = f.model.invert(x, f.b)
+    z = f.model.encode(x0, 0.0).double() @ f.b.T
+    back = f.model.decode(z.float(), 1.0)
+    torch.testing.assert_close(back, x, rtol=0, atol=1e3 * F32_EPS)
+    assert seen.shape == again.shape and "max |f(x0) − x|" in text
+    strip_noise, strip_latent, _ = f.interpolate(_digit(), f.sample_picture(1), 5)
+    assert (
+        strip_noise.shape == strip_latent.shape and strip_noise.shape[1] > 4 * strip_noise.shape[0]
+    )
+
+
+def test_projective_idempotence(runs):
+    ex = Explorer(open_run(runs / "proj"))
+    assert ex.tabs == ["Project / restore"]
+    p = ex.projective
+    shown, once, twice, text = p.project(p.model_input(_digit()), "occlusion", 1)
+    assert once.shape == twice.shape
+    x = p.model_input(_digit())
+    with torch.no_grad():
+        fx = p.model(x)
+        residual = (p.model(fx) - fx).abs().max() / fx.abs().max()
+    assert float(residual) < 1e3 * F32_EPS
+    assert "idempotence residual" in text
+
+
+def test_style_mixing_is_linear_in_the_weights(runs):
+    ex = Explorer(open_run(runs / "style"))
+    assert ex.tabs == ["Style"]
+    s = ex.style
+    x = s.content("cat")
+    _, full, text = s.mix(x, [1.0, 0.0], 1.0)
+    _, none, _ = s.mix(x, [1.0, 0.0], 0.0)
+    assert "weights sum to 1.00" in text and not np.array_equal(full, none)
+    content = np.rint(x[0].permute(1, 2, 0).numpy() * 255).astype(np.uint8)
+    _, identity, _ = s.mix(s.content("cat", content), [0.0, 0.0], 0.0)  # (0 A + 1 I)
+    assert np.abs(identity.astype(int) - s.mix(x, [0.0, 0.0], 0.0)[1].astype(int)).max() <= 2
+    with pytest.raises(LinearizerError, match="give 2 finite weights"):
+        s.mix(x, [1.0], 1.0)
+
+
+def test_missing_gradio_is_one_line(runs, monkeypatch, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "gradio", None)  # as if not installed
+    assert main(["explore", str(runs / "flow"), "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip().endswith("pip install linearizer[app]")
+
+
+def test_explore_dry_run_lists_tabs(runs, capsys):
+    pytest.importorskip("gradio", reason="pip install linearizer[app]")
+    assert main(["explore", str(runs / "proj"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "tabs: Project / restore" in out and "http://127.0.0.1:7860" in out
+
+
+def test_open_run_errors(tmp_path):
+    with pytest.raises(LinearizerError, match="not a run folder"):
+        open_run(tmp_path)
+
+
+# ----------------------------------------------------------------------------- the served page
+
+gradio_client = pytest.importorskip("gradio_client", reason="pip install linearizer[app]")
+AppError = gradio_client.exceptions.AppError
+
+
+@pytest.fixture(scope="module")
+def serve():
+    from linearizer.explore import build_app, launch
+
+    served = []
+
+    def start(run_or_explorer):
+        demo = build_app(run_or_explorer)
+        launch(demo, host="127.0.0.1", port=None, block=False)
+        served.append(demo)
+        assert demo.local_url.startswith("http://127.0.0.1:")
+        return gradio_client.Client(demo.local_url, verbose=False)
+
+    yield start
+    for demo in served:
+        demo.close()
+
+
+def _read(path) -> np.ndarray:
+    return np.array(Image.open(path))
+
+
+def test_page_generate_walk_invert_interpolate(serve, flow, tmp_path):
+    client = serve(flow)
+    one, multi, text = client.predict(0, 4, 10, "euler", api_name="/generate")
+    assert _read(one).shape == _read(multi).shape and "PSNR" in text
+    walked, base, text = client.predict(0, 1.5, 0, 0, 0, api_name="/walk")
+    assert not np.array_equal(_read(walked), _read(base)) and "u1" in text
+    digit = gradio_client.handle_file(_png(tmp_path / "d.png", _digit()))
+    sketch = {"background": None, "layers": [], "composite": digit}
+    seen, noise, again, text = client.predict(sketch, None, 0, api_name="/invert")
+    assert "max |f(x0) − x|" in text and _read(seen).shape == _read(again).shape
+    a, b, text = client.predict(None, digit, 0, None, 2, 4, api_name="/interpolate")
+    assert "4 frames" in text
+
+
+def test_page_rejects_bad_uploads_and_keeps_serving(serve, flow, tmp_path):
+    client = serve(flow)
+    bad = tmp_path / "notes.txt"
+    bad.write_text("hello")
+    out = client.predict(None, gradio_client.handle_file(str(bad)), 0, api_name="/invert")
+    assert out[:3] == (None, None, None) and "notes.txt: not an image" in out[3]
+    big = tmp_path / "huge.png"
+    big.write_bytes(b"\x89PNG" + bytes(MAX_UPLOAD_BYTES + 10))
+    out = client.predict(None, gradio_client.handle_file(str(big)), 0, api_name="/invert")
+    assert "over the 2 MiB limit" in out[3]
+    with pytest.raises(AppError, match="greater than maximum value 1000"):  # Gradio's check
+        client.predict(0, 1, 5000, "euler", api_name="/generate")
+    one, _, text = client.predict(0, 1, 10, "euler", api_name="/generate")  # still serving
+    assert _read(one).ndim in (2, 3) and "PSNR" in text
+
+
+def test_page_project(serve, runs, tmp_path):
+    client = serve(open_run(runs / "proj"))
+    digit = gradio_client.handle_file(_png(tmp_path / "d.png", _digit()))
+    seen, once, twice, text = client.predict(None, digit, "blur", 0, api_name="/project")
+    assert "idempotence residual" in text and _read(once).shape == _read(twice).shape
+    names = {e.lstrip("/") for e in client.view_api(print_info=False, return_format="dict")[
+        "named_endpoints"]}  # fmt: skip
+    assert "generate" not in names and "walk" not in names  # flow tabs hidden
+
+
+def test_page_style(serve, runs):
+    client = serve(open_run(runs / "style"))
+    shown, styled, pure, text = client.predict("cat", None, 0.5, 1.0, 0.0, api_name="/style_mix")
+    assert "0.50·(1.00·A[" in text and _read(pure).shape[1] > _read(pure).shape[0]
