@@ -127,3 +127,25 @@ def test_parse_dataset():
     assert parse_dataset("mnist") == ("mnist", None)
     with pytest.raises(LinearizerError, match="names no folder"):
         parse_dataset("folder:")
+
+
+def test_colour_strokes_are_coloured():
+    from linearizer.data.photos import colour_strokes
+
+    images, labels = colour_strokes(16, size=8, seed=1)
+    assert images.shape == (16, 3, 8, 8) and labels.shape == (16,)
+    assert 0.0 <= float(images.min()) and float(images.max()) <= 1.0
+    assert float((images[:, 0] - images[:, 1]).abs().max()) > 0.1  # not grey
+
+
+def test_photo_crops_split_the_bundled_photographs():
+    pytest.importorskip("skimage")
+    from linearizer.data.photos import PHOTOS, photo_crops
+
+    train, labels = photo_crops("train", img_size=16, shorter=48, stride=16)
+    test, _ = photo_crops("test", img_size=16, shorter=48, stride=16)
+    every, _ = photo_crops("all", img_size=16, shorter=48, stride=16)
+    assert train.shape[1:] == (3, 16, 16) and len(train) + len(test) == len(every)
+    assert sorted(set(labels.tolist())) == list(range(len(PHOTOS)))
+    with pytest.raises(LinearizerError, match="img_size"):
+        photo_crops("train", img_size=64, shorter=48)
