@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import LinearizerError
-from ..invertible.base import Conditioned, same_network
+from ..invertible.base import same_network
 from ..operators.base import LinearOperator
 from ..operators.dense import Dense, Identity, Product, dense_size_ok, param_dtype
 from .space import InducedSpace
@@ -77,6 +77,23 @@ def _shape_of(shape: tuple[int, ...] | None) -> tuple[int, ...] | None:
     return None if shape is None else tuple(int(s) for s in shape)
 
 
+def reported_latent_shape(g: nn.Module) -> tuple[int, ...] | None:
+    """The per-sample latent shape a network reports (``g.latent_shape``), if any.
+
+    A :class:`Conditioned` view reports its network's. Networks whose latent shape depends on
+    the input report nothing (``None``); the shape is then learned from the first encode.
+    """
+    for m in (g, getattr(g, "net", None)):
+        shape = getattr(m, "latent_shape", None)
+        if callable(shape) or shape is None:
+            continue
+        try:
+            return tuple(int(s) for s in shape)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
 class Linearizer(nn.Module):
     """``f(x) = g_y^-1(A g_x(x))``.
 
@@ -85,9 +102,10 @@ class Linearizer(nn.Module):
     have any shape; they are flattened per sample (row-major) for ``A``.
     ``A``: a :class:`LinearOperator` or a ``[D_out, D_in]`` tensor (wrapped in ``Dense``; trainable
     only if it is an ``nn.Parameter``).
-    ``x_latent_shape``/``y_latent_shape``: per-sample latent shapes, needed only to decode vectors
-    before any input was encoded (``svd``, ``eig``) or when ``g_y``'s latent differs from
-    ``g_x``'s; otherwise they are learned from the first call.
+    ``x_latent_shape``/``y_latent_shape``: per-sample latent shapes, needed only when they cannot
+    be inferred: they are learned from every encode, taken from a network that reports its
+    ``latent_shape``, and for a square ``A`` one side's shape serves the other (see
+    :meth:`latent_shape`). So ``Linearizer(g_x, A, g_y)(x)`` works on the first call.
     ``check_finite``: reject inputs holding NaN/inf (costs one device sync per call).
     """
 
@@ -176,28 +194,40 @@ class Linearizer(nn.Module):
         return z.reshape(z.shape[0], d)
 
     def latent_shape(self, side: str) -> tuple[int, ...]:
-        """Per-sample latent shape of ``g_x`` (``side='x'``) or ``g_y`` (``'y'``)."""
+        """Per-sample latent shape of ``g_x`` (``side='x'``) or ``g_y`` (``'y'``).
+
+        In order: the shape given or last seen when encoding that side; the shape the network
+        reports (a ``latent_shape`` attribute of ``g``, or of ``g.net`` for a
+        :class:`Conditioned` view) when it has as many values as ``A`` needs; for a square ``A``,
+        the other side's latent shape (the same number of values). A later encode of that side
+        replaces an inferred shape with the one seen.
+        """
         own, other = (
             (self._x_shape, self._y_shape) if side == "x" else (self._y_shape, self._x_shape)
         )
         if own is not None:
             return own
-        if other is not None and self._one_network() and self.A.in_features == self.A.out_features:
-            return other  # one network (maybe at two flags) has one latent shape
+        d = self.A.in_features if side == "x" else self.A.out_features
+        reported = reported_latent_shape(self.g_x if side == "x" else self.g_y)
+        if reported is not None and math.prod(reported) == d:
+            return reported
+        if other is not None and self.A.in_features == self.A.out_features:
+            return other  # a square A: both latents hold D values, most often in one layout
         raise LinearizerError(
             f"the latent shape of g_{side} is not known yet: encode a {side} first "
             f"({'f(x)' if side == 'x' else 'pinv(y) or transpose(y)'}) or pass {side}_latent_shape"
         )
 
-    def _one_network(self) -> bool:
-        gx, gy = self.g_x, self.g_y
-        return gx is gy or (
-            isinstance(gx, Conditioned) and isinstance(gy, Conditioned) and gx.net is gy.net
-        )
-
     def _decode(self, w: Tensor, side: str) -> Tensor:
         g = self.g_x if side == "x" else self.g_y
-        return g.inverse(w.reshape(w.shape[0], *self.latent_shape(side)))
+        shape = self.latent_shape(side)
+        try:
+            return g.inverse(w.reshape(w.shape[0], *shape))
+        except (RuntimeError, IndexError) as e:
+            raise LinearizerError(
+                f"g_{side} cannot decode a latent of shape {list(shape)}: {e} "
+                f"(pass {side}_latent_shape if g_{side}'s latent has another layout)"
+            ) from e
 
     def _check_time(self, t: Time) -> None:
         if t is not None and not self.A.time_dependent:

@@ -1,0 +1,267 @@
+"""Property tests a user inherits to check their own ``g_x``, ``A``, ``g_y``.
+
+Subclass :class:`LinearizerTests` in a pytest class named ``Test...``, return ``(g_x, A, g_y)``
+from ``build`` and a batch of inputs from ``sample_x``; every ``test_*`` method is inherited: the
+round trips of ``g_x`` and ``g_y``, ``f`` against the dense ``A``, superposition and homogeneity
+in the induced spaces, ``0 -> 0``, the Moore-Penrose identities and ``A+`` against a dense
+reference, the adjoint, the SVD against a dense SVD, eigenpairs and powers (or their refusal when
+``g_x`` is not ``g_y``), composition, projection (or its refusal), the induced space's algebra, and
+gradients. Properties that do not apply check that they are refused, so nothing is skipped.
+
+>>> import torch
+>>> class Sinh(torch.nn.Module):  # a hand-written bijection on vectors
+...     def forward(self, x):
+...         return torch.sinh(2 * x + 0.5)
+...     def inverse(self, z):
+...         return (torch.asinh(z) - 0.5) / 2
+>>> class TestSinhDense(LinearizerTests):
+...     def build(self):
+...         return Sinh(), torch.randn(3, 3, dtype=torch.float64), None
+...     def sample_x(self, n):
+...         return torch.randn(n, 3, dtype=torch.float64)
+>>> TestSinhDense().test_pinv_identities()  # pytest runs every inherited test_* itself
+>>> sorted(TestSinhDense().check_all())[:3]  # or run them all without pytest
+['test_compose', 'test_eig_against_dense', 'test_forward_matches_dense']
+
+The bar is relative (max-abs error over max-abs of the reference): ``rtol`` defaults to about
+``4.5e5`` float64 epsilons (``1e-10``), or ``1e-3`` in float32, since the networks' condition
+numbers multiply rounding; set ``rtol`` on the class to change it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .algebra import Linearizer
+from .errors import LinearizerError
+from .operators.base import LinearOperator
+
+_F64 = torch.float64
+_DEFAULT_RTOL = {torch.float64: 1e-10, torch.float32: 1e-3}
+
+
+def rel(actual: Tensor, expected: Tensor) -> float:
+    """Max-abs error relative to the max-abs of the reference."""
+    a, e = actual.detach(), expected.detach().to(actual.dtype)
+    return float((a - e).abs().max() / e.abs().max().clamp_min(1e-300))
+
+
+def _flat(z: Tensor) -> Tensor:
+    return z.reshape(z.shape[0], -1)
+
+
+def _refused(call, match: str) -> None:
+    try:
+        call()
+    except LinearizerError as e:
+        assert match in str(e), f"refused with another message: {e}"
+        return
+    raise AssertionError(f"expected a LinearizerError mentioning {match!r}")
+
+
+class LinearizerTests:
+    """Inherit, implement ``build`` and ``sample_x`` (and ``sample_y`` when ``g_y``'s data
+    differs), name the class ``Test...``: pytest runs every property below on your maps.
+
+    ``build() -> (g_x, A, g_y)``: ``g_y`` may be ``None`` (then ``g_y = g_x``); ``A`` a
+    :class:`~linearizer.operators.base.LinearOperator` or a 2-D tensor. Override
+    ``linearizer()`` instead to pass latent shapes or other options. The map is built once per
+    class (under ``torch.manual_seed(seed)``) and shared by its tests; use float64 maps and
+    samples for the default bar.
+    """
+
+    rtol: float | None = None
+    batch: int = 3
+    seed: int = 0
+
+    # ------------------------------------------------------------ what a user provides
+    def build(self) -> tuple[nn.Module, LinearOperator | Tensor, nn.Module | None]:
+        raise NotImplementedError("return (g_x, A, g_y) from build(), or override linearizer()")
+
+    def sample_x(self, n: int) -> Tensor:
+        raise NotImplementedError("return a batch of n inputs of f from sample_x(n)")
+
+    def sample_y(self, n: int) -> Tensor:
+        """A batch of ``n`` outputs-space points (inputs of ``pinv``/``transpose``)."""
+        return self.sample_x(n)
+
+    def linearizer(self) -> Linearizer:
+        g_x, A, g_y = self.build()
+        return Linearizer(g_x, A, g_y)
+
+    # ------------------------------------------------------------ shared helpers
+    @property
+    def f(self) -> Linearizer:
+        cls = type(self)
+        if "_built_linearizer" not in cls.__dict__:
+            torch.manual_seed(self.seed)
+            cls._built_linearizer = self.linearizer()
+        return cls._built_linearizer
+
+    def xs(self, n: int | None = None) -> Tensor:
+        return self.sample_x(self.batch if n is None else n)
+
+    def ys(self, n: int | None = None) -> Tensor:
+        return self.sample_y(self.batch if n is None else n)
+
+    def tol(self) -> float:
+        if self.rtol is not None:
+            return float(self.rtol)
+        return _DEFAULT_RTOL.get(self.xs(1).dtype, 5e-2)
+
+    def dense(self) -> Tensor:
+        """``A`` as a dense float64 matrix: the reference every identity is checked against."""
+        with torch.no_grad():
+            return self.f.A.matrix(dtype=_F64).detach()
+
+    def assert_rel(self, actual: Tensor, expected: Tensor, what: str) -> None:
+        err = rel(actual, expected)
+        assert err <= self.tol(), f"{what}: relative error {err:.3g} > {self.tol():.3g}"
+
+    def check_all(self) -> list[str]:
+        """Run every ``test_*`` method outside pytest; return the names run."""
+        names = [n for n in dir(self) if n.startswith("test_") and callable(getattr(self, n))]
+        for name in names:
+            getattr(self, name)()
+        return names
+
+    # ------------------------------------------------------------ the properties
+    def test_round_trip(self) -> None:
+        f, x, y = self.f, self.xs(), self.ys()
+        self.assert_rel(f.g_x.inverse(f.g_x(x)), x, "g_x^-1(g_x(x)) = x")
+        self.assert_rel(f.g_y.inverse(f.g_y(y)), y, "g_y^-1(g_y(y)) = y")
+
+    def test_forward_matches_dense(self) -> None:
+        f, x = self.f, self.xs()
+        ref = _flat(f.g_x(x)).to(_F64) @ self.dense().T
+        self.assert_rel(_flat(f.g_y(f(x))).to(_F64), ref, "g_y(f(x)) = A g_x(x)")
+
+    def test_superposition_and_homogeneity(self) -> None:
+        f, x1, x2 = self.f, self.xs(), self.xs()
+        a = torch.linspace(-1.5, 2.0, x1.shape[0], dtype=x1.dtype)
+        b = -0.4
+        sx, sy = f.space_x, f.space_y
+        lhs = f(sx.add(sx.scale(a, x1), sx.scale(b, x2)))
+        rhs = sy.add(sy.scale(a, f(x1)), sy.scale(b, f(x2)))
+        self.assert_rel(lhs, rhs, "f(a x1 + b x2) = a f(x1) + b f(x2)")
+        self.assert_rel(f(sx.scale(a, x1)), sy.scale(a, f(x1)), "f(a x) = a f(x)")
+        self.assert_rel(
+            f(sx.lincomb([a, b], [x1, x2])), sy.lincomb([a, b], [f(x1), f(x2)]), "lincomb"
+        )
+
+    def test_zero_maps_to_zero(self) -> None:
+        f, x = self.f, self.xs()
+        zero_y = f.space_y.zero(f(x))
+        out = f(f.space_x.zero(x))
+        scale = f(x).detach().abs().max()  # the zero of Y need not be 0: compare at f's scale
+        err = float((out - zero_y).detach().abs().max() / scale.clamp_min(1e-300))
+        assert err <= self.tol(), f"f(0_x) = 0_y: relative error {err:.3g}"
+
+    def test_pinv_identities(self) -> None:
+        f, x, y = self.f, self.xs(), self.ys()
+        fx = f(x)
+        self.assert_rel(f(f.pinv(fx)), fx, "f f+ f = f")
+        py = f.pinv(y)
+        self.assert_rel(f.pinv(f(py)), py, "f+ f f+ = f+")
+        ref = _flat(f.g_y(y)).to(_F64) @ torch.linalg.pinv(self.dense()).T
+        self.assert_rel(_flat(f.g_x(py)).to(_F64), ref, "g_x(f+(y)) = A+ g_y(y)")
+
+    def test_transpose_is_adjoint(self) -> None:
+        f, x, y = self.f, self.xs(), self.ys()
+        lhs = f.space_y.inner(f(x), y)
+        rhs = f.space_x.inner(x, f.transpose(y))
+        self.assert_rel(lhs, rhs, "<f(x), y>_Y = <x, fT(y)>_X")
+        ref = _flat(f.g_y(y)).to(_F64) @ self.dense()
+        self.assert_rel(_flat(f.g_x(f.transpose(y))).to(_F64), ref, "g_x(fT(y)) = A^T g_y(y)")
+
+    def _learn_shapes(self) -> None:
+        self.f(self.xs(1))
+        self.f.transpose(self.ys(1))
+
+    def test_svd_against_dense(self) -> None:
+        f = self.f
+        self._learn_shapes()
+        svd = f.svd()
+        k = svd.S.shape[0]
+        ref = torch.linalg.svdvals(self.dense())
+        self.assert_rel(svd.S, ref[:k], "singular values")
+        if k < ref.shape[0]:  # a low-rank A: the rest of the spectrum is zero
+            assert float(ref[k:].max()) <= self.tol() * float(ref[0]), "missing singular values"
+        self.assert_rel(f(svd.V_x), f.space_y.scale(svd.S, svd.U_y), "f(V_x[i]) = s_i U_y[i]")
+        self.assert_rel(_flat(f.g_x(svd.V_x)).to(_F64), svd.V_lat.T, "g_x(V_x) = V")
+        eye = torch.eye(k, dtype=_F64)
+        self.assert_rel(svd.U_lat.T @ svd.U_lat, eye, "U orthonormal")
+        self.assert_rel(svd.V_lat.T @ svd.V_lat, eye, "V orthonormal")
+
+    def test_eig_against_dense(self) -> None:
+        f = self.f
+        self._learn_shapes()
+        square = f.A.in_features == f.A.out_features
+        if not (f.same_space and square):
+            _refused(f.eig, "eig needs")
+            return
+        eig = f.eig()
+        ref = torch.linalg.eigvals(self.dense()).abs().sort(descending=True).values
+        self.assert_rel(eig.L.abs(), ref[: eig.L.shape[0]], "|eigenvalues|")
+        if eig.V_x.shape[0]:
+            lam = eig.L_real
+            self.assert_rel(f(eig.V_x), f.space_x.scale(lam, eig.V_x), "f(v) = lambda v")
+
+    def test_power(self) -> None:
+        f, x = self.f, self.xs()
+        square = f.A.in_features == f.A.out_features
+        if not (f.same_space and square):
+            _refused(lambda: f.power(2), "power needs")
+            return
+        self.assert_rel(f.power(3)(x), f(f(f(x))), "f^3 = f o f o f")
+        self.assert_rel(f.power(0)(x), x, "f^0 = id")
+        ref = _flat(f.g_x(x)).to(_F64) @ torch.linalg.matrix_power(self.dense(), 3).T
+        self.assert_rel(_flat(f.g_x(f.power(3)(x))).to(_F64), ref, "g(f^3(x)) = A^3 g(x)")
+
+    def test_compose(self) -> None:
+        f, x = self.f, self.xs()
+        f(x)
+        gen = torch.Generator().manual_seed(self.seed + 1)
+        d_in, d_out = f.A.in_features, f.A.out_features
+        m = torch.randn(d_in, d_out, dtype=_F64, generator=gen) / d_out**0.5
+        back = Linearizer(f.g_y, m.to(x.dtype), f.g_x, y_latent_shape=f.latent_shape("x"))
+        h = back.compose(f)  # back o f : X -> X
+        self.assert_rel(h(x), back(f(x)), "(back o f)(x) = back(f(x))")
+        ref = _flat(f.g_x(x)).to(_F64) @ (m @ self.dense()).T
+        self.assert_rel(_flat(f.g_x(h(x))).to(_F64), ref, "composition is the product")
+        if not f.same_space:
+            _refused(lambda: f.compose(f), "cannot compose")
+
+    def test_projection(self) -> None:
+        f, x = self.f, self.xs()
+        if not f.same_space:
+            _refused(lambda: f.project(x), "project needs")
+            return
+        m = self.dense()
+        idempotent = bool((m @ m - m).abs().max() <= 1e-8 * max(1.0, float(m.abs().max())))
+        if not idempotent:
+            _refused(lambda: f.project(x), "idempotent")
+            return
+        fx = f(x)
+        self.assert_rel(f(fx), fx, "f(f(x)) = f(x)")
+        self.assert_rel(f.project(x), fx, "project = f")
+
+    def test_space_algebra(self) -> None:
+        s, u, v = self.f.space_x, self.xs(), self.xs()
+        self.assert_rel(s.sub(s.add(u, v), v), u, "(u + v) - v = u")
+        self.assert_rel(s.interpolate(u, v, 0.25), s.lincomb([0.75, 0.25], [u, v]), "lerp")
+        self.assert_rel(s.norm(u) ** 2, s.inner(u, u), "|u|^2 = <u, u>")
+        self.assert_rel(s.dist(u, v), s.norm(s.sub(u, v)), "dist = |u - v|")
+
+    def test_gradients_flow(self) -> None:
+        f = self.f
+        x = self.xs().requires_grad_(True)
+        f.zero_grad()
+        f(x).square().sum().backward()
+        assert x.grad is not None and bool(torch.isfinite(x.grad).all()), "no gradient to x"
+        assert float(x.grad.abs().sum()) > 0, "zero gradient to x"
+        for name, p in f.A.named_parameters():
+            if p.requires_grad:
+                assert p.grad is not None and bool(torch.isfinite(p.grad).all()), name
+        f.zero_grad()
