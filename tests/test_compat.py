@@ -415,8 +415,9 @@ def test_convert_dry_run_checks_everything_and_writes_nothing(tmp_path, capsys):
 def test_flow_config_of_the_fixture_and_refusals(official):
     layout = official[1]
     cfg = flow_config(layout, read_official_args(CKPT))
-    assert (cfg.network, cfg.blocks, cfg.hidden, cfg.rank, cfg.img_size) == ("paper", 4, 16, 8, 32)
-    assert (cfg.unet_channel_mult, cfg.unet_blocks, cfg.unet_attn) == ((1, 1), 2, (16,))
+    net = cfg.network
+    assert (net.kind, net.blocks, net.hidden, cfg.rank, net.img_size) == ("paper", 4, 16, 8, 32)
+    assert (net.unet_channel_mult, net.unet_blocks, net.unet_attn) == ((1, 1), 2, (16,))
     assert (cfg.sample_method, cfg.sample_steps, cfg.noise_level) == ("rk4-authors", 1000, 0.3)
     assert flow_config(layout, {"sampling_method": "euler", "steps": 50}).sample_method == "euler"
     with pytest.raises(LinearizerError, match="sample_steps"):
@@ -439,7 +440,7 @@ def test_args_json_is_read_two_folders_up_and_checked(tmp_path):
     link.symlink_to(CKPT)
     assert read_official_args(link) is None  # no args.json beside the link: pickle only
     result = convert_official(link, tmp_path / "run", dry_run=True)
-    assert result["official"]["args"] is None and result["config"]["img_size"] == 32
+    assert result["official"]["args"] is None and result["config"]["network"]["img_size"] == 32
     assert result["official"]["args_json"] is None and not (tmp_path / "run").exists()
     (tmp_path / "args.json").write_text('{"img_size": 64, "in_ch": 1}')
     with pytest.raises(LinearizerError, match="img_size=64"):

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from linearizer.flow import solvers
+from linearizer.flow.config import FlowConfig
 from linearizer.flow.objective import flow_loss
 from linearizer.flow.task import load_flow_run
 from linearizer.io import read_json
@@ -83,13 +84,15 @@ def check(name: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
 def test_converted_folder_is_a_normal_flow_run(run, model):
     cfg = read_json(run / "config.json")
     expected = {
-        "network": "paper", "blocks": 4, "hidden": 16, "dropout": 0.1, "clamp": 5.0,
-        "clamp_mode": "hard", "rank": 8, "lora_emb": 128, "lora_hidden": 512, "lora_depth": 2,
-        "lora_activation": "gelu", "v_scale": 1.0, "img_size": 32, "perceptual": "auto",
+        "network.kind": "paper", "network.blocks": 4, "network.hidden": 16,
+        "network.dropout": 0.1, "network.clamp": 5.0, "network.clamp_mode": "hard",
+        "network.img_size": 32, "rank": 8, "lora_emb": 128, "lora_hidden": 512,
+        "lora_depth": 2, "lora_activation": "gelu", "v_scale": 1.0, "perceptual": "auto",
         "sample_method": "rk4-authors", "sample_steps": 1000, "batch_size": 256, "lr": 1e-4,
-        "dataset": "mnist", "noise_level": 0.3,
+        "data.dataset": "mnist", "noise_level": 0.3,
     }  # fmt: skip
-    assert {k: cfg[k] for k in expected} == expected
+    flat = FlowConfig.from_dict(cfg).flat()
+    assert {k: flat[k] for k in expected} == expected
     status = read_json(run / "run.json")
     assert status["kind"] == "flow" and status["status"] == "converted"
     assert status["source"] == str(CKPT.resolve()) and len(status["sha256"]) == 64

@@ -7,14 +7,16 @@ from linearizer.flow.build import build_flow
 from linearizer.flow.config import FlowConfig
 from linearizer.flow.objective import draw_noise, flow_loss
 from linearizer.invertible import cpu_network, memsave, paper_network, set_dropout_seed
+from linearizer.invertible.factory import NetworkConfig
 from tolerance import assert_near
 
-TINY = dict(img_size=8, rank=2, lora_emb=8, lora_hidden=16, v_scale=0.125)
+TINY = dict(rank=2, lora_emb=8, lora_hidden=16, v_scale=0.125)
 
 
 def _flow(network: str, dropout: float) -> torch.nn.Module:
     extra = dict(blocks=1, hidden=8, unet_attn=(4,)) if network == "paper" else dict(hidden=8)
-    cfg = FlowConfig(network=network, dropout=dropout, **TINY, **extra)
+    net = NetworkConfig(kind=network, img_size=8, dropout=dropout, **extra)
+    cfg = FlowConfig(network=net, **TINY)
     torch.manual_seed(0)
     model = build_flow(cfg).double().train()
     x = torch.rand(6, 1, 8, 8, dtype=torch.float64)
@@ -89,7 +91,7 @@ def test_plain_path_without_gradients_or_before_actnorm_start():
 
 
 def test_config_flag_reaches_the_model():
-    cfg = FlowConfig(memory_saving=True, **TINY)
+    cfg = FlowConfig(network=NetworkConfig(img_size=8, memory_saving=True), **TINY)
     assert build_flow(cfg).memory_saving
-    assert not build_flow(FlowConfig(**TINY)).memory_saving
-    assert len(memsave.pieces(build_flow(cfg).net)) == 4 * cfg.blocks
+    assert not build_flow(FlowConfig(network=NetworkConfig(img_size=8), **TINY)).memory_saving
+    assert len(memsave.pieces(build_flow(cfg).net)) == 4 * cfg.network.blocks

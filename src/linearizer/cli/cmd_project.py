@@ -59,7 +59,8 @@ def _inputs(args: argparse.Namespace, cfg) -> tuple[dict[str, torch.Tensor], tor
             return {"test": test}, None
         return {f"corrupt_{c}": corrupt(test, c, args.seed) for c in CORRUPTIONS}, test
     path = Path(args.input)
-    return {path.stem: _file_images(path, (1, cfg.img_size, cfg.img_size))[:n]}, None
+    size = cfg.network.img_size
+    return {path.stem: _file_images(path, (1, size, size))[:n]}, None
 
 
 def _save_svd(model, out: Path) -> None:
@@ -92,7 +93,8 @@ def run_project(args: argparse.Namespace) -> int:
     cfg = run_config(args.run)
     out = Path(args.out)
     if args.dry_run:
-        print(f"run {args.run}: model {cfg.model}, dataset {cfg.dataset}, {cfg.img_size}px")
+        size = cfg.network.img_size
+        print(f"run {args.run}: model {cfg.model}, dataset {cfg.data.dataset}, {size}px")
         print(f"input {args.input}, n = {args.n}, output folder {out}")
         return 0
     model, cfg, step = load_projective_run(args.run)

@@ -40,7 +40,7 @@ def _input(args: argparse.Namespace, cfg) -> torch.Tensor:
     spec = args.input or (cfg.content[0] if cfg.content else None)
     if spec is None:
         raise LinearizerError("no --input image and the run records no content image")
-    size = args.size or cfg.img_size
+    size = args.size or cfg.network.img_size
     if size % 4:
         raise LinearizerError(f"--size must be a multiple of 4, got {size}")
     return load_image(spec, size).unsqueeze(0)

@@ -492,10 +492,9 @@ def _config_and_notes(
             f"args.json num_of_layers={a['num_of_layers']} but the pickle holds "
             f"{layout.num_blocks} blocks; the pickle wins"
         )
-    values = {
-        "dataset": dataset,
+    network = {
+        "kind": "paper",
         "img_size": layout.img_size,
-        "network": "paper",
         "blocks": layout.num_blocks,
         "hidden": u["model_channels"],
         "unet_channel_mult": list(u["channel_mult"]),
@@ -504,6 +503,10 @@ def _config_and_notes(
         "dropout": u["dropout"],
         "clamp": layout.clamp,
         "clamp_mode": "hard",
+    }
+    values = {
+        "data": {"dataset": dataset},
+        "network": network,
         "rank": lora["rank"],
         "lora_emb": lora["emb_dim"],
         "lora_hidden": lora["hidden"],

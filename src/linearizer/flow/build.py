@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..invertible.factory import make_network
+from ..invertible.factory import build_network
 from ..operators.lora import TimeLoRA
 from .config import FlowConfig
 from .model import OneStepFlow
@@ -10,12 +10,9 @@ from .model import OneStepFlow
 
 def build_flow(cfg: FlowConfig, channels: int = 1) -> OneStepFlow:
     """The network and operator ``cfg`` describes, freshly initialised (seeded by the caller)."""
-    net = make_network(
-        cfg.network, channels, cfg.img_size, cfg.blocks, cfg.hidden, dropout=cfg.dropout,
-        clamp=cfg.clamp, clamp_mode=cfg.clamp_mode, channel_mult=cfg.unet_channel_mult,
-        unet_blocks=cfg.unet_blocks, attn_resolutions=cfg.unet_attn,
-    )  # fmt: skip
-    dim = channels * cfg.img_size * cfg.img_size
+    net = build_network(cfg.network, channels)
+    size = cfg.network.img_size
+    dim = channels * size * size
     op = TimeLoRA(
         dim,
         cfg.rank,
@@ -25,6 +22,6 @@ def build_flow(cfg: FlowConfig, channels: int = 1) -> OneStepFlow:
         activation=cfg.lora_activation,
         v_scale=cfg.v_scale,
     )
-    model = OneStepFlow(net, op, (channels, cfg.img_size, cfg.img_size))
-    model.memory_saving = cfg.memory_saving
+    model = OneStepFlow(net, op, (channels, size, size))
+    model.memory_saving = cfg.network.memory_saving
     return model

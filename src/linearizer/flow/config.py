@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..data.config import DataConfig
 from ..errors import LinearizerError
+from ..invertible.factory import NetworkConfig
 from ..training.config import TrainConfig, option, register_preset
 
 
@@ -22,29 +24,8 @@ from ..training.config import TrainConfig, option, register_preset
 class FlowConfig(TrainConfig):
     """One-step flow matching: data, networks, objective, sampling and training settings."""
 
-    dataset: Literal["mnist", "fashion-mnist", "synthetic"] = option(
-        "mnist", "training images (synthetic: generated strokes, for smoke runs and tests)"
-    )
-    data_root: str = option("", "folder with the dataset's IDX files or cache ('' = default)")
-    img_size: int = option(32, "images are resized to img_size x img_size (authors: 32)")
-    network: Literal["cpu", "paper"] = option(
-        "cpu", "invertible network: small CNN couplings (cpu) or the authors' U-Net (paper)"
-    )
-    blocks: int = option(2, "invertible blocks (ActNorm, two couplings, 1x1 conv each)")
-    hidden: int = option(32, "conditioner width: SmallCNN channels or U-Net model_channels")
-    unet_channel_mult: tuple[int, ...] = option(
-        (1, 1), "paper network: U-Net width multiplier per level (authors' MNIST: 1,1)"
-    )
-    unet_blocks: int = option(2, "paper network: U-Net residual blocks per level")
-    unet_attn: tuple[int, ...] | None = option(
-        None, "paper network: U-Net resolutions with self-attention (none = the top one)"
-    )
-    dropout: float = option(0.0, "conditioner dropout (masks shared with the inverse pass)")
-    memory_saving: bool = option(
-        False, "recompute g's activations from its exact inverse in backprop (less memory)"
-    )
-    clamp: float = option(2.0, "log-scale clamp of the couplings")
-    clamp_mode: Literal["soft", "hard"] = option("soft", "soft: c*tanh(l/c); hard: clip")
+    data: DataConfig = option(DataConfig(), "training images")
+    network: NetworkConfig = option(NetworkConfig(), "the invertible network g")
     rank: int = option(8, "rank r of A(t) = U(t) V(t)^T")
     lora_emb: int = option(64, "width of the sinusoidal time embedding of the hypernetworks")
     lora_hidden: int = option(256, "hidden width of the hypernetworks")
@@ -63,31 +44,17 @@ class FlowConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.img_size % 2 or self.img_size < 4:
-            raise LinearizerError(f"img_size must be even and >= 4, got {self.img_size}")
-        names = (
-            "blocks",
-            "hidden",
-            "rank",
-            "lora_hidden",
-            "lora_depth",
-            "sample_steps",
-            "unet_blocks",
-        )
-        if not self.unet_channel_mult or min(self.unet_channel_mult) < 1:
-            raise LinearizerError("config key 'unet_channel_mult' needs positive multipliers")
-        for name in names:
+        size = self.network.img_size
+        if size % 2 or size < 4:
+            raise LinearizerError(f"img_size must be even and >= 4, got {size}")
+        for name in ("rank", "lora_hidden", "lora_depth", "sample_steps"):
             if getattr(self, name) < 1:
                 raise LinearizerError(f"config key '{name}' must be >= 1")
-        if not 0.0 <= self.dropout < 1.0:
-            raise LinearizerError(f"config key 'dropout' must be in [0, 1), got {self.dropout}")
 
 
 SMOKE = FlowConfig(
-    dataset="synthetic",
-    img_size=8,
-    blocks=1,
-    hidden=8,
+    data=DataConfig(dataset="synthetic"),
+    network=NetworkConfig(img_size=8, blocks=1, hidden=8),
     rank=2,
     lora_emb=8,
     lora_hidden=16,
@@ -122,12 +89,9 @@ CPU = FlowConfig(
 )
 
 PAPER = FlowConfig(
-    network="paper",
-    blocks=4,
-    hidden=16,
-    dropout=0.1,
-    clamp=5.0,
-    clamp_mode="hard",
+    network=NetworkConfig(
+        kind="paper", blocks=4, hidden=16, dropout=0.1, clamp=5.0, clamp_mode="hard"
+    ),
     rank=8,
     lora_emb=128,
     lora_hidden=512,

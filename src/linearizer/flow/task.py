@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..data import load_dataset, save_grid
-from ..data.synthetic import strokes
+from ..data import save_grid
+from ..data.config import load_images as data_images
 from ..errors import LinearizerError
 from ..io import read_json
 from ..training.checkpoint import latest_checkpoint, load_weights
@@ -22,9 +22,7 @@ from .objective import draw_noise, flow_loss, make_distance, resolve_perceptual
 
 def load_images(cfg: FlowConfig, split: str = "train") -> tuple[Tensor, Tensor]:
     """The config's dataset split as float32 images in [0, 1] and labels."""
-    if cfg.dataset == "synthetic":
-        return strokes(2048 if split == "train" else 512, cfg.img_size, seed=int(split == "test"))
-    return load_dataset(cfg.dataset, split, cfg.data_root or None, cfg.img_size)
+    return data_images(cfg.data, cfg.network.img_size, split)
 
 
 class FlowTask:

@@ -1,34 +1,83 @@
-"""One place that turns a config's network fields into an invertible network."""
+"""The invertible network's settings (:class:`NetworkConfig`) and the one builder that turns
+them into a network (:func:`build_network`), shared by the flow, projective and style models.
+
+>>> import torch
+>>> g = build_network(NetworkConfig(blocks=1, hidden=8, img_size=8), channels=1)
+>>> x = torch.randn(2, 1, 8, 8)
+>>> bool(torch.allclose(g.inverse(g(x, 1.0), 1.0), x, rtol=1e-4, atol=1e-5))
+True
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Literal
 
+from ..config import Config, option
+from ..errors import LinearizerError
 from .network import InvertibleNetwork, cpu_network
 
 
-def make_network(
-    kind: str,
-    channels: int,
-    img_size: int,
-    blocks: int,
-    hidden: int,
-    *,
-    dropout: float = 0.0,
-    clamp: float = 2.0,
-    clamp_mode: str = "soft",
-    **unet: Any,
+@dataclass
+class NetworkConfig(Config):
+    """The invertible network g: which couplings, how many, how wide, at which image size."""
+
+    kind: Literal["cpu", "paper"] = option(
+        "cpu", "invertible network: small CNN couplings (cpu) or the authors' U-Net (paper)"
+    )
+    img_size: int = option(32, "images are resized to img_size x img_size (authors: 32)")
+    blocks: int = option(2, "invertible blocks (ActNorm, two couplings, 1x1 conv each)")
+    hidden: int = option(32, "conditioner width: SmallCNN channels or U-Net model_channels")
+    clamp: float = option(2.0, "log-scale clamp of the couplings")
+    clamp_mode: Literal["soft", "hard"] = option(
+        "soft", "soft: c*tanh(l/c); hard: clip (the paper network always clips)"
+    )
+    dropout: float = option(0.0, "conditioner dropout (masks shared with the inverse pass)")
+    memory_saving: bool = option(
+        False, "recompute g's activations from its exact inverse in backprop (less memory)"
+    )
+    unet_channel_mult: tuple[int, ...] = option(
+        (1, 1), "paper network: U-Net width multiplier per level (authors' MNIST: 1,1)"
+    )
+    unet_blocks: int = option(2, "paper network: U-Net residual blocks per level")
+    unet_attn: tuple[int, ...] | None = option(
+        None, "paper network: U-Net resolutions with self-attention (none = the top one)"
+    )
+
+    def validate(self) -> None:
+        for name in ("img_size", "blocks", "hidden", "unet_blocks"):
+            if getattr(self, name) < 1:
+                raise LinearizerError(f"config key 'network.{name}' must be >= 1")
+        if not self.unet_channel_mult or min(self.unet_channel_mult) < 1:
+            raise LinearizerError(
+                "config key 'network.unet_channel_mult' needs positive multipliers"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise LinearizerError(
+                f"config key 'network.dropout' must be in [0, 1), got {self.dropout}"
+            )
+        if not self.clamp > 0:
+            raise LinearizerError(f"config key 'network.clamp' must be > 0, got {self.clamp}")
+
+
+def build_network(
+    cfg: NetworkConfig, channels: int, *, conditioned: bool = True
 ) -> InvertibleNetwork:
-    """``kind="paper"``: the authors' U-Net couplings (``unet`` holds ``channel_mult``,
-    ``unet_blocks``, ``attn_resolutions``); ``"cpu"``: the small CNN couplings."""
-    if kind == "paper":
+    """The freshly initialised network ``cfg`` describes, for images of ``channels`` channels.
+
+    ``conditioned=False`` builds the cpu couplings without a flag input (the projective model's
+    single ``g``); the paper U-Net always takes a flag (hold it constant for one network).
+    """
+    if cfg.kind == "paper":
         from .unet import paper_network
 
         return paper_network(
-            in_channels=channels, img_size=img_size, num_blocks=blocks, model_channels=hidden,
-            dropout=dropout, **unet,
+            in_channels=channels, img_size=cfg.img_size, num_blocks=cfg.blocks,
+            model_channels=cfg.hidden, dropout=cfg.dropout, channel_mult=cfg.unet_channel_mult,
+            unet_blocks=cfg.unet_blocks, attn_resolutions=cfg.unet_attn, clamp=cfg.clamp,
         )  # fmt: skip
     return cpu_network(
-        in_channels=channels, num_blocks=blocks, hidden=hidden, clamp_mode=clamp_mode,
-        clamp=clamp, dropout=dropout,
+        in_channels=channels, num_blocks=cfg.blocks, hidden=cfg.hidden,
+        clamp_mode=cfg.clamp_mode, clamp=cfg.clamp, dropout=cfg.dropout,
+        **({} if conditioned else {"cond_dim": 0}),
     )  # fmt: skip

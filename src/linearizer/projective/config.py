@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..data.config import DataConfig
 from ..errors import LinearizerError
+from ..invertible.factory import NetworkConfig
 from ..training.config import TrainConfig, option, register_preset
 
 
@@ -29,20 +31,12 @@ class ProjectiveConfig(TrainConfig):
     model: Literal["ours", "ign"] = option(
         "ours", "ours: g^-1(A g(x)) with an exact projector A; ign: the IGN baseline"
     )
-    dataset: Literal["mnist", "fashion-mnist", "synthetic"] = option(
-        "mnist", "training images (synthetic: generated strokes, for smoke runs and tests)"
-    )
-    data_root: str = option("", "folder with the dataset's IDX files or cache ('' = default)")
-    img_size: int = option(32, "images are resized to img_size x img_size (a power of 2)")
+    data: DataConfig = option(DataConfig(), "training images")
     noise_std: float = option(1.0, "source noise z ~ N(0, noise_std^2 I) in pixel units")
     # --- ours ---------------------------------------------------------------------------------
-    network: Literal["cpu", "paper"] = option(
-        "cpu", "invertible g: small CNN couplings (cpu) or the authors' U-Net couplings (paper)"
+    network: NetworkConfig = option(
+        NetworkConfig(), "ours: the invertible g (unconditioned; the paper U-Net at a fixed flag)"
     )
-    blocks: int = option(2, "invertible blocks (ActNorm, two couplings, 1x1 conv each)")
-    hidden: int = option(32, "conditioner width: SmallCNN channels or U-Net model_channels")
-    clamp: float = option(2.0, "log-scale clamp of the couplings")
-    clamp_mode: Literal["soft", "hard"] = option("soft", "soft: c*tanh(l/c); hard: clip")
     projector: Literal["orthogonal", "oblique"] = option(
         "orthogonal", "exact projector core: Q Q^T (orthogonal) or U (V^T U)^-1 V^T (oblique)"
     )
@@ -72,10 +66,10 @@ class ProjectiveConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        size = self.img_size
+        size = self.network.img_size
         if size < 8 or size & (size - 1):
             raise LinearizerError(f"img_size must be a power of 2 and >= 8, got {size}")
-        for name in ("blocks", "hidden", "rank", "match_dirs", "ign_width", "ign_latent"):
+        for name in ("rank", "match_dirs", "ign_width", "ign_latent"):
             if getattr(self, name) < 1:
                 raise LinearizerError(f"config key '{name}' must be >= 1")
         if self.rank >= size * size:
@@ -90,7 +84,8 @@ class ProjectiveConfig(TrainConfig):
 
 
 _SMOKE = dict(
-    dataset="synthetic", img_size=16, blocks=1, hidden=8, rank=8, match_dirs=16, ign_width=4,
+    data=DataConfig(dataset="synthetic"), network=NetworkConfig(img_size=16, blocks=1, hidden=8),
+    rank=8, match_dirs=16, ign_width=4,
     ign_latent=8, batch_size=16, max_steps=6, lr=1e-3, ckpt_every=3, log_every=1,
     ema_decay=0.9, ema_warmup=2, n_samples=16, threads=1,
 )  # fmt: skip
@@ -111,7 +106,8 @@ SMOKE_IGN = ProjectiveConfig(**{**_SMOKE, **_IGN})
 CPU = ProjectiveConfig(rank=8, match="sliced", match_weight=1.0, **_CPU)
 CPU_IGN = ProjectiveConfig(**{**_CPU, **_IGN, "lr": 5e-4})
 PAPER = ProjectiveConfig(
-    network="paper", blocks=4, hidden=16, clamp=5.0, clamp_mode="hard", rank=64,
+    network=NetworkConfig(kind="paper", blocks=4, hidden=16, clamp=5.0, clamp_mode="hard"),
+    rank=64,
     batch_size=256, lr=1e-4, max_steps=47_000, warmup_steps=500, ema_decay=0.999,
     ema_warmup=1000, ckpt_every=2350, log_every=50, eval_every=2350,
 )  # fmt: skip

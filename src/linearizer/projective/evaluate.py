@@ -45,16 +45,18 @@ BATCH = 500
 def ood_images(cfg: ProjectiveConfig, n: int, seed: int = 0) -> Tensor:
     """Out-of-distribution inputs: Fashion-MNIST for MNIST models (and the reverse); uniform
     noise images for synthetic data (no download)."""
-    shape = (1, cfg.img_size, cfg.img_size)
-    if cfg.dataset == "synthetic":
+    size = cfg.network.img_size
+    if cfg.data.dataset == "synthetic":
+        shape = (1, size, size)
         return torch.rand(n, *shape, generator=torch.Generator().manual_seed(seed + 3))
-    other = "fashion-mnist" if cfg.dataset == "mnist" else "mnist"
-    return load_dataset(other, "test", None, cfg.img_size)[0][:n]
+    other = "fashion-mnist" if cfg.data.dataset == "mnist" else "mnist"
+    return load_dataset(other, "test", None, size)[0][:n]
 
 
 def source_noise(cfg: ProjectiveConfig, n: int, seed: int = 0, scale: float = 1.0) -> Tensor:
     gen = torch.Generator().manual_seed(seed + 1)
-    return scale * cfg.noise_std * torch.randn(n, 1, cfg.img_size, cfg.img_size, generator=gen)
+    size = cfg.network.img_size
+    return scale * cfg.noise_std * torch.randn(n, 1, size, size, generator=gen)
 
 
 def input_families(cfg: ProjectiveConfig, n: int, seed: int = 0) -> dict[str, Tensor]:
@@ -111,7 +113,7 @@ def _psnr(a: Tensor, b: Tensor) -> float:
 
 
 def _fid_ok(cfg: ProjectiveConfig) -> bool:
-    return cfg.dataset == "mnist" and cfg.img_size == 32
+    return cfg.data.dataset == "mnist" and cfg.network.img_size == 32
 
 
 def evaluate_model(
@@ -182,7 +184,11 @@ def project_report(
     cfgs = [c for _, c, _ in loaded.values()]
     first = cfgs[0]
     for c in cfgs[1:]:
-        if (c.dataset, c.img_size, c.noise_std) != (first.dataset, first.img_size, first.noise_std):
+        if (c.data, c.network.img_size, c.noise_std) != (
+            first.data,
+            first.network.img_size,
+            first.noise_std,
+        ):
             raise LinearizerError("the runs differ in dataset, img_size or noise_std")
     fams = input_families(first, n, seed)
     results: dict[str, Any] = {}

@@ -8,9 +8,10 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..data import load_dataset, save_grid
-from ..data.synthetic import strokes
+from ..data import save_grid
+from ..data.config import load_images as data_images
 from ..errors import LinearizerError
+from ..invertible.factory import build_network
 from ..io import read_json
 from ..operators.projector import ObliqueProjector, OrthogonalProjector
 from ..training.checkpoint import latest_checkpoint, load_weights
@@ -24,29 +25,19 @@ KIND = "projective"
 
 def load_images(cfg: ProjectiveConfig, split: str = "train") -> tuple[Tensor, Tensor]:
     """The config's dataset split as float32 images in [0, 1] and labels."""
-    if cfg.dataset == "synthetic":
-        return strokes(2048 if split == "train" else 512, cfg.img_size, seed=int(split == "test"))
-    return load_dataset(cfg.dataset, split, cfg.data_root or None, cfg.img_size)
+    return data_images(cfg.data, cfg.network.img_size, split)
 
 
 def build_model(cfg: ProjectiveConfig, channels: int = 1) -> nn.Module:
     """The freshly initialised network ``cfg`` describes (ours or IGN; seeded by the caller)."""
+    size = cfg.network.img_size
     if cfg.model == "ign":
-        return IGN(channels, cfg.img_size, cfg.ign_width, cfg.ign_latent, cfg.ign_norm)
-    shape = (channels, cfg.img_size, cfg.img_size)
-    flag = None
-    if cfg.network == "paper":
-        from ..invertible.unet import paper_network
-
-        # The U-Net conditioners take a time flag; one constant flag keeps g_x = g_y.
-        net = paper_network(channels, cfg.img_size, cfg.blocks, cfg.hidden, dropout=0.0,
-                            clamp=cfg.clamp)  # fmt: skip
-        flag = 1.0
-    else:
-        from ..invertible.network import cpu_network
-
-        net = cpu_network(channels, cfg.blocks, cfg.hidden, cfg.clamp_mode, cfg.clamp, cond_dim=0)
-    dim = channels * cfg.img_size * cfg.img_size
+        return IGN(channels, size, cfg.ign_width, cfg.ign_latent, cfg.ign_norm)
+    shape = (channels, size, size)
+    net = build_network(cfg.network, channels, conditioned=False)
+    # The U-Net conditioners always take a flag; one constant flag keeps g_x = g_y.
+    flag = 1.0 if cfg.network.kind == "paper" else None
+    dim = channels * size * size
     cls = OrthogonalProjector if cfg.projector == "orthogonal" else ObliqueProjector
     model = ProjectiveModel(net, cls(dim, cfg.rank), shape, flag)
     if not cfg.pca_init:

@@ -463,12 +463,9 @@ class IndexStyleNet(StyleModel):
 
 def build_style_model(cfg: Any, styles: Sequence[str], channels: int = 3) -> StyleModel:
     """The model a :class:`~linearizer.style.config.StyleConfig` describes (freshly initialised)."""
-    from ..invertible.factory import make_network
+    from ..invertible.factory import build_network
 
-    g = make_network(
-        cfg.network, channels, cfg.img_size, cfg.blocks, cfg.hidden, dropout=cfg.dropout,
-        clamp=cfg.clamp, clamp_mode=cfg.clamp_mode,
-    )  # fmt: skip
+    g = build_network(cfg.network, channels)
     common = dict(
         channels=channels,
         operator=cfg.operator,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..errors import LinearizerError
+from ..invertible.factory import NetworkConfig
 from ..training.config import TrainConfig, option, register_preset
 
 
@@ -34,7 +35,6 @@ class StyleConfig(TrainConfig):
     style_names: list[str] = option(
         [], "style order (filled from the styles folder when empty; fixes operator indices)"
     )
-    img_size: int = option(128, "images are centre-cropped and resized to img_size x img_size")
     bank: Literal["operators", "index"] = option(
         "operators",
         "operators: one linear operator per style (exact mixing); "
@@ -54,14 +54,10 @@ class StyleConfig(TrainConfig):
         "shared: g_x = g_y (one flag; strength 0 gives the content back); "
         "authors: one network at flags 1 (x) and 0 (y)",
     )
-    network: Literal["cpu", "paper"] = option(
-        "cpu", "invertible network: small CNN couplings (cpu) or the authors' U-Net (paper)"
+    network: NetworkConfig = option(
+        NetworkConfig(img_size=128, blocks=4),
+        "the shared network g (images are centre-cropped and resized to network.img_size)",
     )
-    blocks: int = option(4, "invertible blocks (ActNorm, two couplings, 1x1 conv each)")
-    hidden: int = option(32, "conditioner width: SmallCNN channels or U-Net model_channels")
-    dropout: float = option(0.0, "conditioner dropout (masks shared with the inverse pass)")
-    clamp: float = option(2.0, "log-scale clamp of the couplings")
-    clamp_mode: Literal["soft", "hard"] = option("soft", "soft: c*tanh(l/c); hard: clip")
     index_emb: int = option(64, "index hypernetwork: sinusoidal embedding width (authors: 256)")
     index_hidden: int = option(256, "index hypernetwork: hidden width (authors: 1024)")
     index_depth: int = option(2, "index hypernetwork: hidden layers (authors: 3)")
@@ -72,21 +68,20 @@ class StyleConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.img_size < 8 or self.img_size % 4:
-            raise LinearizerError(f"img_size must be a multiple of 4 and >= 8, got {self.img_size}")
-        for name in ("blocks", "hidden", "kernel_size", "index_hidden", "index_depth"):
+        size = self.network.img_size
+        if size < 8 or size % 4:
+            raise LinearizerError(f"img_size must be a multiple of 4 and >= 8, got {size}")
+        for name in ("kernel_size", "index_hidden", "index_depth"):
             if getattr(self, name) < 1:
                 raise LinearizerError(f"config key '{name}' must be >= 1")
         if self.index_emb < 4 or self.index_emb % 2:
             raise LinearizerError(
                 f"config key 'index_emb' must be even and >= 4, got {self.index_emb}"
             )
-        if self.crop and (self.crop < 8 or self.crop % 4 or self.crop > self.img_size):
+        if self.crop and (self.crop < 8 or self.crop % 4 or self.crop > size):
             raise LinearizerError(
                 f"config key 'crop' must be 0 or a multiple of 4 in [8, img_size], got {self.crop}"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise LinearizerError(f"config key 'dropout' must be in [0, 1), got {self.dropout}")
         if self.strip_frames < 2:
             raise LinearizerError(
                 f"config key 'strip_frames' must be >= 2, got {self.strip_frames}"
@@ -96,9 +91,7 @@ class StyleConfig(TrainConfig):
 
 
 SMOKE = StyleConfig(
-    img_size=32,
-    blocks=1,
-    hidden=8,
+    network=NetworkConfig(img_size=32, blocks=1, hidden=8),
     index_emb=8,
     index_hidden=16,
     index_depth=1,
@@ -128,13 +121,9 @@ CPU = StyleConfig(
 )
 
 PAPER = StyleConfig(
-    img_size=256,
-    network="paper",
-    blocks=6,
-    hidden=16,
-    dropout=0.0,
-    clamp=5.0,
-    clamp_mode="hard",
+    network=NetworkConfig(
+        kind="paper", img_size=256, blocks=6, hidden=16, dropout=0.0, clamp=5.0, clamp_mode="hard"
+    ),
     operator="depthwise",
     kernel_size=4,
     flags="authors",

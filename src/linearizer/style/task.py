@@ -120,14 +120,15 @@ def prepare_config(cfg: StyleConfig) -> StyleConfig:
 
 
 def load_style_data(cfg: StyleConfig) -> StyleData:
-    """Content images and targets of ``cfg`` at ``cfg.img_size``."""
+    """Content images and targets of ``cfg`` at ``cfg.network.img_size``."""
     cfg = prepare_config(cfg)
     content_names = [image_name(c) for c in cfg.content]
     found = discover_styles(cfg.styles, content_names)
-    contents = torch.stack([load_image(c, cfg.img_size) for c in cfg.content])
+    size = cfg.network.img_size
+    contents = torch.stack([load_image(c, size) for c in cfg.content])
     targets = torch.stack(
         [
-            torch.stack([load_image(found[s][c], cfg.img_size) for c in content_names])
+            torch.stack([load_image(found[s][c], size) for c in content_names])
             for s in cfg.style_names
         ]
     )
@@ -157,7 +158,7 @@ class StyleTask:
         style, content = pair // n, pair % n
         x, y = data.contents[content], data.targets[style, content]
         if cfg.crop:
-            room = cfg.img_size - cfg.crop + 1
+            room = cfg.network.img_size - cfg.crop + 1
             top, left = rng.randint(room), rng.randint(room)
             idx = torch.arange(cfg.crop)
             rows = (top[:, None] + idx)[:, None, :, None]

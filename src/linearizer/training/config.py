@@ -1,356 +1,63 @@
-"""Typed, documented configs with presets and ``key=value`` overrides (nanoGPT / EDM style).
-
-A config is a dataclass deriving from :class:`Config`; every field carries a one-line ``help``
-(use :func:`option`). Fields may be plain values (``int``, ``float``, ``bool``, ``str``,
-``Literal[...]`` choices, ``Optional[...]``, ``tuple[...]``/``list[...]``) or nested configs,
-which overrides address with dotted names (``model.channels=32``).
-
->>> from dataclasses import dataclass
->>> @dataclass
-... class Demo(Config):
-...     lr: float = option(1e-3, "learning rate")
-...     sizes: tuple[int, ...] = option((8, 8), "layer widths")
->>> cfg = apply_overrides(Demo(), ["lr=2e-4", "sizes=16,32"])
->>> cfg.lr, cfg.sizes
-(0.0002, (16, 32))
->>> try:
-...     Demo.from_dict({"lr": 1.0, "lrr": 2})
-... except LinearizerError as e:
-...     print(e)
-unknown config key 'lrr' (did you mean 'lr'?); valid keys: lr, sizes
+"""Presets per kind and the trainer's settings (:class:`TrainConfig`).
 
 Presets are named configs per *kind* (``flow``, ``projective``, ``style``): the package
 ``linearizer.<kind>`` registers them with :func:`register_preset` when imported, and
 :func:`resolve` imports it on first use, so ``resolve("flow", "smoke", ["lr=1e-3"])`` works
-from anywhere.
+from anywhere. The typed-config machinery itself (:class:`Config`, :func:`option`,
+:func:`apply_overrides`, ...) lives in :mod:`linearizer.config` and is re-exported here.
+
+>>> cfg = resolve("flow", "smoke", ["hidden=16", "network.blocks=2"])  # old flat key still works
+>>> cfg.network.hidden, cfg.network.blocks
+(16, 2)
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
-import difflib
 import importlib
-import json
-import types
-import typing
-from dataclasses import MISSING, dataclass, field
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from dataclasses import dataclass
+from typing import Literal
 
+from ..config import (
+    Config,
+    apply_overrides,
+    coerce,
+    describe,
+    option,
+    render_options,
+    type_name,
+    undocumented,
+)
 from ..errors import LinearizerError
 
-C = TypeVar("C", bound="Config")
+__all__ = [
+    "FLAT_KEYS",
+    "Config",
+    "TrainConfig",
+    "apply_overrides",
+    "coerce",
+    "config_class",
+    "describe",
+    "get_preset",
+    "option",
+    "preset_names",
+    "register_preset",
+    "render_options",
+    "resolve",
+    "type_name",
+    "undocumented",
+]
 
-_TRUE = {"1", "true", "yes", "on", "y", "t"}
-_FALSE = {"0", "false", "no", "off", "n", "f"}
-_NONE = {"none", "null", "~"}
-
-
-def option(default: Any, help: str, **metadata: Any) -> Any:
-    """A documented dataclass field; mutable defaults (lists, dicts) are copied per instance."""
-    meta = {"help": help, **metadata}
-    if isinstance(default, (list, dict, set)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
-    if dataclasses.is_dataclass(default) and not isinstance(default, type):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-@dataclass
-class Config:
-    """Base of every typed config: strict ``from_dict``, ``to_dict``, validation hook."""
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise :class:`LinearizerError` on inconsistent values; subclasses extend it."""
-
-    @classmethod
-    def from_dict(cls: type[C], data: dict[str, Any], _prefix: str = "") -> C:
-        """Build from a (JSON) dict; unknown keys are errors, missing keys take defaults."""
-        if not isinstance(data, dict):
-            raise LinearizerError(f"config {_prefix or cls.__name__} must be a mapping")
-        hints = _hints(cls)
-        names = [f.name for f in dataclasses.fields(cls)]
-        for key in data:
-            if key not in names:
-                raise LinearizerError(
-                    _unknown_key(_prefix + str(key), [_prefix + n for n in names])
-                )
-        values = {}
-        for name in names:
-            if name in data:
-                values[name] = coerce(data[name], hints[name], _prefix + name)
-        try:
-            return cls(**values)
-        except TypeError as e:  # a required field without default was left out
-            raise LinearizerError(f"config {cls.__name__}: {e}") from None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready dict (tuples become lists, nested configs become dicts)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2)
-
-    def flat(self) -> dict[str, Any]:
-        """``{"dotted.name": value}`` for every leaf field."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, Config):
-                out.update({f"{f.name}.{k}": v for k, v in value.flat().items()})
-            else:
-                out[f.name] = value
-        return out
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(cls)
-    except Exception as e:  # an annotation that does not resolve is a programming error
-        raise TypeError(f"cannot resolve annotations of {cls.__name__}: {e}") from e
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Config):
-        return value.to_dict()
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    return value
-
-
-def _unknown_key(key: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(key, valid, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return f"unknown config key '{key}'{hint}; valid keys: {', '.join(valid)}"
-
-
-# ----------------------------------------------------------------------------- type coercion
-
-
-def _is_optional(tp: Any) -> tuple[bool, Any]:
-    origin = get_origin(tp)
-    if origin is Union or origin is types.UnionType:
-        args = [a for a in get_args(tp) if a is not type(None)]
-        if len(args) == 1 and len(get_args(tp)) == 2:
-            return True, args[0]
-        raise TypeError(f"unsupported union type {tp}")
-    return False, tp
-
-
-def type_name(tp: Any) -> str:
-    """Short human name of an annotation, for help tables and error messages."""
-    optional, inner = _is_optional(tp)
-    if optional:
-        return f"{type_name(inner)} | None"
-    origin = get_origin(tp)
-    if origin is Literal:
-        return "{" + ",".join(str(a) for a in get_args(tp)) + "}"
-    if origin in (tuple, list):
-        args = get_args(tp)
-        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-            return f"tuple[{type_name(args[0])}, ...]"
-        return f"{origin.__name__}[{', '.join(type_name(a) for a in args)}]"
-    return getattr(tp, "__name__", str(tp))
-
-
-def coerce(value: Any, tp: Any, name: str) -> Any:
-    """Convert ``value`` (a Python value or a command-line string) to annotation ``tp``.
-
-    Raises :class:`LinearizerError` naming ``name``, the expected type and the bad value.
-    """
-    optional, inner = _is_optional(tp)
-    if optional:
-        if value is None or (isinstance(value, str) and value.strip().lower() in _NONE):
-            return None
-        return coerce(value, inner, name)
-    try:
-        return _coerce(value, inner, name)
-    except LinearizerError:
-        raise
-    except (TypeError, ValueError):
-        raise LinearizerError(_bad(name, tp, value)) from None
-
-
-def _bad(name: str, tp: Any, value: Any) -> str:
-    return f"config key '{name}' expects {type_name(tp)}, got {value!r}"
-
-
-def _coerce(value: Any, tp: Any, name: str) -> Any:
-    origin = get_origin(tp)
-    if isinstance(tp, type) and issubclass(tp, Config):
-        if isinstance(value, tp):
-            return value
-        return tp.from_dict(value, _prefix=name + ".")
-    if origin is Literal:
-        choices = get_args(tp)
-        for c in choices:
-            if value == c or (isinstance(value, str) and str(c) == value.strip()):
-                return c
-        raise LinearizerError(
-            f"config key '{name}' must be one of {', '.join(map(str, choices))}; got {value!r}"
-        )
-    if origin in (tuple, list):
-        return _coerce_sequence(value, tp, origin, name)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
-        raise LinearizerError(_bad(name, tp, value))
-    if tp is int:
-        if isinstance(value, bool):
-            raise LinearizerError(_bad(name, tp, value))
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            text = value.strip().replace("_", "")
-            try:
-                return int(text)
-            except ValueError:
-                as_float = float(text)  # "1e4" is a fine way to say 10000
-                if as_float.is_integer():
-                    return int(as_float)
-        raise LinearizerError(_bad(name, tp, value))
-    if tp is float:
-        if isinstance(value, bool):
-            raise LinearizerError(_bad(name, tp, value))
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            return float(value.strip())
-        raise LinearizerError(_bad(name, tp, value))
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise LinearizerError(_bad(name, tp, value))
-    if tp is Any:
-        return value
-    raise TypeError(f"config key '{name}': unsupported annotation {tp}")
-
-
-def _coerce_sequence(value: Any, tp: Any, origin: type, name: str) -> Any:
-    args = get_args(tp)
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith(("[", "(")) and text.endswith(("]", ")")):
-            text = text[1:-1]
-        items: list[Any] = [s.strip() for s in text.split(",") if s.strip()] if text else []
-    elif isinstance(value, (list, tuple)):
-        items = list(value)
-    else:
-        raise LinearizerError(_bad(name, tp, value))
-    if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
-        if len(items) != len(args):
-            raise LinearizerError(
-                f"config key '{name}' expects {len(args)} values ({type_name(tp)}), got {value!r}"
-            )
-        return tuple(coerce(v, a, f"{name}[{i}]") for i, (v, a) in enumerate(zip(items, args)))
-    elem = args[0] if args else Any
-    out = [coerce(v, elem, f"{name}[{i}]") for i, v in enumerate(items)]
-    return tuple(out) if origin is tuple else out
-
-
-# ----------------------------------------------------------------------------- overrides
-
-
-def apply_overrides(cfg: C, overrides: list[str] | tuple[str, ...] | None) -> C:
-    """Return a copy of ``cfg`` with ``["key=value", "nested.key=value", ...]`` applied.
-
-    Values are parsed from the field's annotation: ``none`` for optional fields, ``true/false``
-    for booleans, ``1,2,3`` (or ``[1,2,3]``) for tuples and lists.
-    """
-    out = copy.deepcopy(cfg)
-    for item in overrides or ():
-        if "=" not in item:
-            raise LinearizerError(f"override {item!r} is not of the form key=value")
-        key, raw = item.split("=", 1)
-        _set_path(out, key.strip(), raw)
-    out.validate()
-    return out
-
-
-def _set_path(cfg: Config, key: str, raw: str) -> None:
-    parts = key.split(".")
-    target: Config = cfg
-    for depth, part in enumerate(parts):
-        names = [f.name for f in dataclasses.fields(target)]
-        prefix = ".".join(parts[:depth])
-        if part not in names:
-            valid = [f"{prefix}.{n}" if prefix else n for n in names]
-            raise LinearizerError(_unknown_key(key, valid))
-        if depth < len(parts) - 1:
-            child = getattr(target, part)
-            if not isinstance(child, Config):
-                raise LinearizerError(f"config key '{prefix or part}' has no sub-keys ({key})")
-            target = child
-        else:
-            tp = _hints(type(target))[part]
-            if isinstance(tp, type) and issubclass(tp, Config):
-                raise LinearizerError(f"config key '{key}' is a section; set '{key}.<name>=...'")
-            object.__setattr__(target, part, coerce(raw, tp, key))
-    # Nested sections validate themselves here; the root is validated by the caller.
-    if target is not cfg:
-        target.validate()
-
-
-# ----------------------------------------------------------------------------- documentation
-
-
-def describe(cfg_or_cls: Config | type[Config]) -> list[tuple[str, str, Any, str]]:
-    """``[(dotted name, type, default/current value, help)]`` for every leaf option."""
-    cls = cfg_or_cls if isinstance(cfg_or_cls, type) else type(cfg_or_cls)
-    inst = cfg_or_cls if not isinstance(cfg_or_cls, type) else None
-    hints = _hints(cls)
-    rows = []
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        if inst is not None:
-            value = getattr(inst, f.name)
-        elif f.default is not MISSING:
-            value = f.default
-        elif f.default_factory is not MISSING:
-            value = f.default_factory()
-        else:
-            value = MISSING
-        if isinstance(tp, type) and issubclass(tp, Config):
-            sub = value if isinstance(value, Config) else tp
-            rows += [(f"{f.name}.{n}", t, v, h) for n, t, v, h in describe(sub)]
-        else:
-            shown = "(required)" if value is MISSING else value
-            rows.append((f.name, type_name(tp), shown, f.metadata.get("help", "")))
-    return rows
-
-
-def undocumented(cls: type[Config]) -> list[str]:
-    """Names of fields (dotted) that lack a ``help`` text."""
-    return [name for name, _, _, help_ in describe(cls) if not help_.strip()]
-
-
-def render_options(cfg_or_cls: Config | type[Config], markdown: bool = False) -> str:
-    """All options with type, default and help: plain text for ``--help``, or a Markdown table."""
-    rows = describe(cfg_or_cls)
-    if markdown:
-        lines = ["| option | type | default | meaning |", "|---|---|---|---|"]
-        for name, tp, value, help_ in rows:
-            tp_cell = tp.replace("|", "\\|")
-            lines.append(f"| `{name}` | {tp_cell} | `{_show(value)}` | {help_} |")
-        return "\n".join(lines) + "\n"
-    width = max((len(r[0]) for r in rows), default=0)
-    lines = [f"  {n:<{width}}  {h} [{t}, default: {_show(v)}]" for n, t, v, h in rows]
-    return "\n".join(lines) + "\n"
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, tuple):
-        return ",".join(map(str, value))
-    return str(value)
+# Keys that were flat before the network and data sections existed (run folders written then,
+# and ``--set hidden=32`` in scripts, keep working): old key -> dotted name.
+FLAT_KEYS = {
+    "network": "network.kind",
+    **{k: f"network.{k}" for k in (
+        "blocks", "hidden", "clamp", "clamp_mode", "img_size", "unet_channel_mult",
+        "unet_blocks", "unet_attn", "dropout", "memory_saving")},
+    "dataset": "data.dataset",
+    "data_root": "data.root",
+}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- presets
@@ -421,6 +128,7 @@ class TrainConfig(Config):
     ``RESUME_MUTABLE`` lists the keys ``--resume`` may change (subclasses may extend it).
     """
 
+    RENAMED = FLAT_KEYS
     RESUME_MUTABLE = frozenset(
         {"max_steps", "max_minutes", "ckpt_every", "keep_last", "log_every", "eval_every",
          "tracker", "tracker_project", "progress", "threads"}

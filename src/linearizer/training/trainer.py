@@ -271,7 +271,9 @@ def resume_config(run_dir: str | Path, cls: type[Config], overrides: list[str] |
 
 
 def _check_resume_changes(saved: dict[str, Any], cfg: TrainConfig) -> None:
-    now, mutable = cfg.to_dict(), cfg.RESUME_MUTABLE
+    # Compare leaf by leaf, through from_dict, so a run folder with old flat keys compares too.
+    now, mutable = cfg.flat(), cfg.RESUME_MUTABLE
+    saved = type(cfg).from_dict(saved).flat()
     changed = [k for k in now if k in saved and saved[k] != now[k] and k not in mutable]
     if changed:
         k = changed[0]
