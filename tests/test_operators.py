@@ -78,11 +78,13 @@ def test_matrix_in_other_dtype(op) -> None:
     assert op.matrix(dtype=torch.float32).dtype == torch.float32
 
 
-def test_factors_reproduce_matrix(op) -> None:
-    fac = op.factors()
-    if fac is None:
-        pytest.skip("not a low-rank operator")
-    u, v = fac
+FACTORED = [name for name in sorted(OPERATORS) if OPERATORS[name]().factors() is not None]
+
+
+@pytest.mark.parametrize("name", FACTORED)
+def test_factors_reproduce_matrix(name) -> None:
+    op = perturbed(OPERATORS[name]())
+    u, v = op.factors()
     assert rel(u @ v.T, op.matrix()) < 1e-12
 
 
