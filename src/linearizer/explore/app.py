@@ -21,7 +21,10 @@ from .session import FLOW_TABS, PROJECT_TAB, STYLE_TAB, Explorer, pick_picture
 
 log = logging.getLogger(__name__)
 HARD_UPLOAD_LIMIT = 8 * MAX_UPLOAD_BYTES  # Gradio refuses bigger requests before the handler
-DRAW_HINT = "Draw a digit (any colour on the white canvas) or upload a picture; an upload wins."
+DRAW_HINT = (
+    "Pick the brush (left of the canvas) and draw a digit, or upload a picture; an upload wins "
+    "over the drawing."
+)
 
 
 def gradio() -> Any:
@@ -85,6 +88,7 @@ def launch(demo: Any, host: str = "127.0.0.1", port: int | None = None, block: b
 
 
 def _image(gr: Any, label: str, **kw: Any) -> Any:
+    kw.setdefault("height", 240)
     return gr.Image(label=label, type="numpy", interactive=False, format="png", **kw)
 
 
@@ -99,6 +103,12 @@ def _inputs(gr: Any, what: str = "picture") -> tuple[Any, Any]:
         )
         upload = gr.File(label=f"or upload ({UPLOAD_HINT})", type="filepath")
     return draw, upload
+
+
+def _source(file: Any, picture: Any, seed: Any, fallback: str = "the sample of seed") -> str:
+    if file:
+        return "the upload"
+    return "the drawing" if picture is not None else f"{fallback} {int(seed or 0)}"
 
 
 # ----------------------------------------------------------------------------- flow tabs
@@ -133,22 +143,24 @@ def _walk_tab(gr: Any, ex: Explorer, demo: Any) -> None:
             "(in standard deviations of each coordinate); the output moves along "
             "σᵢ uᵢ exactly."
         )
-        seed = gr.Number(0, label="seed", precision=0)
-        sliders = [
-            gr.Slider(
-                -5,
-                5,
-                value=0,
-                step=0.1,
-                label=f"c{i + 1} (σ{i + 1} = {float(s):.3g})",
-                elem_id=f"walk-c{i + 1}",
-            )
-            for i, s in enumerate(f.sigma[: f.k])
-        ]
         with gr.Row():
-            walked = _image(gr, "walked sample", elem_id="walked")
-            base = _image(gr, "sample of the seed (c = 0)", elem_id="walk-base")
-        text = gr.Markdown(elem_id="walk-text")
+            with gr.Column():
+                seed = gr.Number(0, label="seed", precision=0)
+                sliders = [
+                    gr.Slider(
+                        -5,
+                        5,
+                        value=0,
+                        step=0.1,
+                        label=f"c{i + 1} (σ{i + 1} = {float(s):.3g})",
+                        elem_id=f"walk-c{i + 1}",
+                    )
+                    for i, s in enumerate(f.sigma[: f.k])
+                ]
+            with gr.Column():
+                walked = _image(gr, "walked sample", elem_id="walked")
+                base = _image(gr, "sample of the seed (c = 0)", elem_id="walk-base")
+                text = gr.Markdown(elem_id="walk-text")
 
         def walk(seed: float, *c: float) -> tuple:
             return f.walk(int(seed or 0), c)
@@ -167,17 +179,21 @@ def _invert_tab(gr: Any, ex: Explorer) -> None:
     f = ex.flow
     with gr.Tab(FLOW_TABS[2]):
         draw, upload = _inputs(gr, "digit")
-        seed = gr.Number(0, label="seed of a sample to use when nothing is drawn", precision=0)
-        button = gr.Button("Invert", variant="primary")
         with gr.Row():
-            seen = _image(gr, "input x as the model sees it")
+            seed = gr.Number(0, label="seed of the sample used when nothing is drawn", precision=0)
+            button = gr.Button("Invert", variant="primary", elem_id="invert-button")
+        with gr.Row():
+            seen = _image(gr, "input x as the model sees it", elem_id="invert-input")
             noise = _image(gr, "its noise x0 = g_noise⁻¹(B⁻¹ g_data(x))")
             again = _image(gr, "regenerated f(x0)")
-        text = gr.Markdown()
+        text = gr.Markdown(elem_id="invert-text")
 
         def invert(drawing: Any, file: Any, seed: float) -> tuple:
             picture = pick_picture(file, drawing)
-            return f.invert(f.sample_picture(int(seed or 0)) if picture is None else picture)
+            source = _source(file, picture, seed)
+            picture = f.sample_picture(int(seed or 0)) if picture is None else picture
+            *pictures, text = f.invert(picture)
+            return (*pictures, f"Input: {source}. {text}")
 
         button.click(
             guarded(invert, 3), [draw, upload, seed], [seen, noise, again, text], api_name="invert"
@@ -234,7 +250,9 @@ def _project_tab(gr: Any, ex: Explorer) -> None:
             return p.noise_input(int(seed or 0)) if picture is None else p.model_input(picture)
 
         def project(drawing: Any, file: Any, corruption: str, seed: float) -> tuple:
-            return p.project(picked(drawing, file, seed), corruption, int(seed or 0))
+            *pictures, text = p.project(picked(drawing, file, seed), corruption, int(seed or 0))
+            source = _source(file, pick_picture(file, drawing), seed, "noise of seed")
+            return (*pictures, f"Input: {source}, {text}")
 
         button.click(
             guarded(project, 3),

@@ -1,0 +1,124 @@
+"""The explorer in a real headless Chromium (Debian ``chromium`` + ``chromium-driver``, Selenium):
+open the page, generate, move a Walk slider, check that the picture changed; draw a digit and
+invert it.
+
+``LINEARIZER_EXPLORE_SCREENSHOTS=DIR`` saves a screenshot of each step into DIR;
+``LINEARIZER_EXPLORE_RUN=RUN`` explores that run instead of a fresh smoke run.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from linearizer.cli.main import main
+
+pytest.importorskip("gradio", reason="pip install linearizer[app]")
+webdriver = pytest.importorskip("selenium.webdriver", reason="pip install linearizer[app]")
+
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and DRIVER),
+    reason="no headless browser: apt-get install chromium chromium-driver",
+)
+WAIT_S = 60  # generous: the first page load compiles nothing, but CI machines are slow
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    from linearizer.explore import build_app, launch, open_run
+
+    run = os.environ.get("LINEARIZER_EXPLORE_RUN")
+    if not run:
+        run = str(tmp_path_factory.mktemp("browser") / "flow")
+        argv = ["train", "flow", "--preset", "smoke", "--out", run, "--set", "progress=false"]
+        assert main(argv) == 0
+    demo = build_app(open_run(run))
+    launch(demo, host="127.0.0.1", port=None, block=False)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,1500"):  # fmt: skip
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(DRIVER), options=options)
+    try:
+        driver.get(demo.local_url)
+        yield driver
+    finally:
+        driver.quit()
+        demo.close()
+
+
+def _shot(driver, name: str) -> None:
+    folder = os.environ.get("LINEARIZER_EXPLORE_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(Path(folder) / f"{name}.png"))
+
+
+def _src(driver, elem_id: str) -> str | None:
+    imgs = driver.find_elements(By.CSS_SELECTOR, f"#{elem_id} img")
+    return imgs[0].get_attribute("src") if imgs else None
+
+
+def _pixels(src: str) -> np.ndarray:
+    with urllib.request.urlopen(src, timeout=WAIT_S) as response:  # the local server only
+        return np.array(Image.open(io.BytesIO(response.read())))
+
+
+def _tab(driver, name: str) -> None:
+    buttons = driver.find_elements(By.CSS_SELECTOR, "button[role='tab']")
+    next(b for b in buttons if b.text.strip() == name).click()
+
+
+def test_generate_then_walk_changes_the_picture(page):
+    wait = WebDriverWait(page, WAIT_S)
+    wait.until(lambda d: d.find_elements(By.ID, "generate-button"))
+    page.find_element(By.ID, "generate-button").click()
+    wait.until(lambda d: _src(d, "one-step") and _src(d, "multi-step"))
+    wait.until(lambda d: "PSNR" in d.find_element(By.ID, "generate-text").text)
+    one, multi = _pixels(_src(page, "one-step")), _pixels(_src(page, "multi-step"))
+    assert one.shape == multi.shape and one.std() > 0
+    _shot(page, "generate")
+
+    _tab(page, "Walk")
+    wait.until(lambda d: _src(d, "walked"))  # filled when the page loads
+    before = _src(page, "walked")
+    start = _pixels(before)
+    slider = page.find_element(By.CSS_SELECTOR, "#walk-c1 input[type='range']")
+    ActionChains(page).click(slider).perform()  # the middle of the track: c1 = 0
+    slider.send_keys(*([Keys.ARROW_RIGHT] * 25))  # c1 = +2.5 standard deviations
+    wait.until(lambda d: _src(d, "walked") != before)
+    wait.until(lambda d: "u1" in d.find_element(By.ID, "walk-text").text)
+    after = _pixels(_src(page, "walked"))
+    assert after.shape == start.shape and not np.array_equal(after, start)
+    _shot(page, "walk")
+
+
+def test_draw_and_invert(page):
+    wait = WebDriverWait(page, WAIT_S)
+    _tab(page, "Invert & edit")
+    canvas = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "canvas"))[0]
+    page.find_element(By.CSS_SELECTOR, "button[aria-label='Brush']").click()
+    ActionChains(page).move_to_element_with_offset(canvas, 0, -60).click_and_hold().move_by_offset(
+        4, 40
+    ).move_by_offset(4, 40).move_by_offset(2, 30).release().perform()  # a '1'
+    page.find_element(By.ID, "invert-button").click()
+    wait.until(lambda d: "max |f(x0) − x|" in d.find_element(By.ID, "invert-text").text)
+    assert "Input: the drawing" in page.find_element(By.ID, "invert-text").text
+    seen = _pixels(_src(page, "invert-input"))
+    assert seen.std() > 0
+    _shot(page, "invert")
