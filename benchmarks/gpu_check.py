@@ -1,12 +1,14 @@
-"""The prepared GPU check: train the ``paper`` preset for a fixed number of steps, then report
-steps/s, peak GPU memory (with and without memory-saving backprop), one-step sampling throughput
-and a quick FID (LeNet). Meant for ``benchmarks/gpu_check.sh`` on a machine with a GPU (<= 10 min).
+"""The prepared GPU check: train the ``paper`` preset for a fixed number of steps or minutes,
+then report steps/s, peak GPU memory (with and without memory-saving backprop), the time to build
+B (T = 100 and 1000, float64 and float32), one-step and multi-step sampling throughput and a quick
+FID (LeNet). Meant for ``benchmarks/gpu_check.sh`` and ``benchmarks/gpu_paper.sh`` on a machine
+with a GPU (<= 10 min).
 
     python benchmarks/gpu_check.py --steps 600 --minutes 5 --samples 5000 --out "$OUT"
 
 Everything goes to ``--out``: ``gpu_check.json`` (all numbers), ``samples.png`` and
-``metrics.jsonl`` of the run. ``--device cpu --steps 2 --samples 64 --tiny`` is a local smoke
-test of the same code path.
+``metrics.jsonl`` of the run; ``--run DIR`` keeps the trained run folder there. ``--device cpu
+--steps 2 --samples 64 --tiny`` is a local smoke test of the same code path.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -27,9 +28,11 @@ from linearizer.flow.objective import draw_noise, flow_loss
 from linearizer.flow.task import FlowTask, load_images
 from linearizer.invertible.dropout import set_dropout_seed
 from linearizer.io import write_json
+from linearizer.training.config import apply_overrides
 from linearizer.training.trainer import train
 
-TINY = dict(img_size=32, blocks=1, hidden=8, lora_emb=16, lora_hidden=32, batch_size=8)
+# Flat keys, so the same overrides read before and after a config's sections move.
+TINY = ["blocks=1", "hidden=8", "lora_emb=16", "lora_hidden=32", "batch_size=8"]
 
 
 def _sync(device: torch.device) -> None:
@@ -49,10 +52,11 @@ def _peak_mib(device: torch.device) -> float | None:
 def step_probe(cfg, device: torch.device, memory_saving: bool, steps: int) -> dict:
     """Steps/s and peak memory of plain training steps on a fresh model (random images)."""
     torch.manual_seed(0)
-    model = build_flow(replace(cfg, memory_saving=memory_saving)).to(device).train()
+    cfg = apply_overrides(cfg, [f"memory_saving={memory_saving}"])
+    model = build_flow(cfg).to(device).train()
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     gen = torch.Generator(device=device).manual_seed(0)
-    x1 = torch.rand(cfg.batch_size, 1, cfg.img_size, cfg.img_size, device=device, generator=gen)
+    x1 = torch.rand(cfg.batch_size, *model.image_shape, device=device, generator=gen)
     with torch.no_grad():
         model.encode(x1, 0.0)  # ActNorm start
 
@@ -76,21 +80,22 @@ def step_probe(cfg, device: torch.device, memory_saving: bool, steps: int) -> di
 
 
 @torch.no_grad()
-def sample_and_fid(model, device: torch.device, n: int, out: Path) -> dict:
+def sample_and_fid(model, cfg, device: torch.device, n: int, out: Path) -> dict:
     from linearizer.data import save_grid
     from linearizer.metrics.fid import fid_lenet
 
     model.eval()
     res = {}
     for steps in (100, 1000):
-        _sync(device)
-        start = time.perf_counter()
-        model.one_step_matrix(steps=steps, dtype=torch.float64)
-        _sync(device)
-        res[f"B_T{steps}_euler_f64_s"] = time.perf_counter() - start
+        for name, dtype in (("f64", torch.float64), ("f32", torch.float32)):
+            model._cache.clear()  # time the build, not the cache
+            _sync(device)
+            start = time.perf_counter()
+            model.one_step_matrix(steps=steps, dtype=dtype)
+            _sync(device)
+            res[f"B_T{steps}_euler_{name}_s"] = time.perf_counter() - start
     gen = torch.Generator(device=device).manual_seed(1)
-    noise = torch.randn(n, 1, model.image_shape[1], model.image_shape[2], device=device,
-                        generator=gen)  # fmt: skip
+    noise = torch.randn(n, *model.image_shape, device=device, generator=gen)
     parts = []
     _sync(device)
     start = time.perf_counter()
@@ -100,11 +105,16 @@ def sample_and_fid(model, device: torch.device, n: int, out: Path) -> dict:
     seconds = time.perf_counter() - start
     images = torch.cat(parts).float().cpu()
     save_grid(images[:64], out / "samples.png", scale=2)
-    test, _ = load_images(PAPER, "test")
-    res.update({"samples": n, "one_step_images_per_s": n / seconds,
-                "fid_lenet_one_step_T100": fid_lenet(images, test)})  # fmt: skip
-    if model.image_shape[1] == 32:
-        multi = model.sample(noise[:1000], steps=100, one_step=False).clamp(0, 1).float().cpu()
+    res.update({"samples": n, "one_step_images_per_s": n / seconds})
+    _sync(device)
+    start = time.perf_counter()
+    multi = model.sample(noise[:1000], steps=100, one_step=False)
+    _sync(device)
+    res["multi_step_T100_images_per_s"] = min(n, 1000) / (time.perf_counter() - start)
+    if model.image_shape[:2] == (1, 32):  # FID (LeNet) is defined on 32x32 grey digits only
+        test, _ = load_images(cfg, "test")
+        res["fid_lenet_one_step_T100"] = fid_lenet(images, test)
+        multi = multi.clamp(0, 1).float().cpu()
         res["fid_lenet_multistep_T100_first1000"] = fid_lenet(multi, test)
         res["fid_lenet_one_step_T100_first1000"] = fid_lenet(images[:1000], test)
     return res
@@ -118,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe-steps", type=int, default=20, help="steps of each memory probe")
     p.add_argument("--device", default="cuda")
     p.add_argument("--tiny", action="store_true", help="a tiny network (local smoke test)")
-    p.add_argument("--out", default="/tmp/gpu-check-out")
+    p.add_argument("--dataset", default="mnist", help="mnist, or synthetic for a smoke test")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra config override (repeatable)")  # fmt: skip
+    p.add_argument("--out", default="gpu-check-out", help="output folder")
+    p.add_argument("--run", default="", help="run folder to train into (default: a scratch one)")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -126,11 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device visible to torch", file=sys.stderr)
         return 2
-    cfg = replace(PAPER, max_steps=args.steps, max_minutes=args.minutes, device=args.device,
-                  ckpt_every=0, eval_every=0, progress=False, log_every=25,
-                  sample_steps=100, sample_method="euler")  # fmt: skip
-    if args.tiny:
-        cfg = replace(cfg, **TINY)
+    settings = [f"max_steps={args.steps}", f"max_minutes={args.minutes}", f"device={args.device}",
+                "ckpt_every=0", "eval_every=0", "progress=false", "log_every=25",
+                "sample_steps=100", "sample_method=euler", f"dataset={args.dataset}"]  # fmt: skip
+    cfg = apply_overrides(PAPER, settings + (TINY if args.tiny else []) + args.set)
     report: dict = {"torch": torch.__version__, "config": cfg.to_dict()}
     if device.type == "cuda":
         report["gpu"] = torch.cuda.get_device_name(device)
@@ -143,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
 
     # 2. the real training path (trainer, MNIST, the preset's objective), fixed step count
-    run = Path("/tmp/gpu-check-run") if device.type == "cuda" else out / "run"
+    run = Path(args.run) if args.run else out / "run"
     shutil.rmtree(run, ignore_errors=True)
     _peak_reset(device)
     result = train(FlowTask(), cfg, run)
@@ -156,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy(run / "metrics.jsonl", out / "metrics.jsonl")
 
     # 3. sampling throughput and a quick FID (LeNet) of the trained weights
-    report["sampling"] = sample_and_fid(result.model, device, args.samples, out)
+    report["sampling"] = sample_and_fid(result.model, cfg, device, args.samples, out)
     print(json.dumps(report["sampling"]), flush=True)
     write_json(out / "gpu_check.json", report)
     return 0

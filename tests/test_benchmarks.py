@@ -25,3 +25,22 @@ def test_speed_quick_smoke(tmp_path):
         assert max(par["B_euler_rel"], par["B_rk4-authors_rel"]) < 1e-10
         assert max(par["multistep_euler"], par["multistep_rk4"], par["onestep_euler"]) < 1e-5
         assert not any("error" in r for r in report["results"])
+
+
+def test_gpu_check_runs_on_cpu(tmp_path):
+    """The prepared GPU check's whole path (probe, training, B timings, sampling, FID) on the CPU
+    with a tiny network and synthetic data, so a typo cannot waste a GPU lease."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(BENCH / "gpu_check.py"), "--device", "cpu", "--tiny",
+           "--dataset", "synthetic", "--set", "img_size=8", "--steps", "2", "--samples", "16",
+           "--probe-steps", "1",
+           "--out", str(out), "--run", str(tmp_path / "run")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["train"]["steps"] == 2
+    assert [p["memory_saving"] for p in report["probe"]] == [False, True]
+    for key in ("B_T100_euler_f64_s", "B_T1000_euler_f32_s", "one_step_images_per_s"):
+        assert report["sampling"][key] > 0
+    assert (out / "samples.png").is_file()
+    assert any((tmp_path / "run" / "checkpoints").iterdir())
