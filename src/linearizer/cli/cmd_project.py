@@ -84,7 +84,8 @@ def run_project(args: argparse.Namespace) -> int:
     from ..data import save_grid
     from ..io import save_tensors, write_json
     from ..projective.evaluate import apply, relative_errors
-    from ..projective.task import load_projective_run, run_config
+    from ..projective.task import run_config
+    from ..training.runs import load_run
 
     if args.n < 1:
         raise LinearizerError(f"--n must be >= 1, got {args.n}")
@@ -97,7 +98,8 @@ def run_project(args: argparse.Namespace) -> int:
         print(f"run {args.run}: model {cfg.model}, dataset {cfg.data.dataset}, {size}px")
         print(f"input {args.input}, n = {args.n}, output folder {out}")
         return 0
-    model, cfg, step = load_projective_run(args.run)
+    run = load_run(args.run, expect="projective")
+    model, cfg, step = run.model, run.config, run.step
     inputs, clean = _inputs(args, cfg)
     summary = {"run": str(args.run), "step": step, "model": cfg.model, "input": args.input}
     if hasattr(model, "rank"):

@@ -21,11 +21,17 @@ import torch
 from ..errors import LinearizerError
 
 
+def _load_style(spec: str):
+    from ..training.runs import load_run
+
+    run = load_run(spec, expect="style")
+    return run.model, run.config
+
+
 def _load_bank(run: str):
     from ..style.bank import StyleBank
-    from ..style.task import load_style_run
 
-    model, cfg, step = load_style_run(run)
+    model, cfg = _load_style(run)
     if not isinstance(model, StyleBank):
         raise LinearizerError(
             f"{run} is an index model (bank=index); apply/mix/strength need an operator bank "
@@ -167,17 +173,16 @@ def cmd_strength(args: argparse.Namespace) -> int:
 
 def cmd_interpolate(args: argparse.Namespace) -> int:
     from ..data import save_grid
-    from ..style.task import load_style_run
 
     if args.n < 2:
         raise LinearizerError(f"--n must be >= 2, got {args.n}")
-    model, cfg, _ = load_style_run(args.run)
+    model, cfg = _load_style(args.run)
     x = _input(args, cfg)
     with torch.no_grad():
         frames, _ = model.interpolate(x, args.start, args.end, args.n)
         rows = [frames]
         if args.compare:
-            other, _, _ = load_style_run(args.compare)
+            other, _ = _load_style(args.compare)
             if other.styles != model.styles:
                 raise LinearizerError(
                     f"--compare run has styles {other.styles}, this run {model.styles}"
@@ -194,7 +199,7 @@ def cmd_interpolate(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..style.bank import IndexStyleNet
     from ..style.evaluate import evaluate_bank, run_seconds
-    from ..style.task import load_style_data, load_style_run
+    from ..style.task import load_style_data
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -202,7 +207,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     index = None
     wall = {"train_bank": run_seconds(args.run)}
     if args.index_run:
-        index, icfg, _ = load_style_run(args.index_run)
+        index, icfg = _load_style(args.index_run)
         if not isinstance(index, IndexStyleNet):
             raise LinearizerError(
                 f"--index-run {args.index_run} is not an index model (bank=index)"

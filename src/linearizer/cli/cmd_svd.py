@@ -9,16 +9,17 @@ import argparse
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..flow.task import load_flow_run
     from ..repro.runner import check_flow_run
     from ..repro.svd import induced_svd, render_svd
+    from ..training.runs import load_run
 
     check_flow_run(Path(args.run))
     if args.dry_run:
         print(f"would render the SVD of {args.run} ({args.method}, T={args.steps}, "
               f"k={args.k}) into {args.out}")  # fmt: skip
         return 0
-    model, _, step = load_flow_run(args.run)
+    loaded = load_run(args.run, expect="flow")
+    model, step = loaded.model, loaded.step
     result = induced_svd(model, steps=args.steps, method=args.method, k=args.k, seed=args.seed)
     paths = render_svd(result, args.out)
     top = ", ".join(f"{float(s):.4g}" for s in result.sigma[: min(args.k, 8)])

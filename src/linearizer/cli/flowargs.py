@@ -47,9 +47,10 @@ def add_sampler_options(p: argparse.ArgumentParser, steps: int = 100) -> None:
 
 
 def load_model(args: argparse.Namespace):
-    from ..flow.task import load_flow_run
+    from ..training.runs import load_run
 
-    model, cfg, step = load_flow_run(args.run, use_ema=not args.no_ema)
+    run = load_run(args.run, use_ema=not args.no_ema, expect="flow")
+    model, cfg, step = run.model, run.config, run.step
     dtype = parse_dtype(args.dtype)
     if dtype == torch.float64:  # end to end: networks too, so nothing rounds to float32
         model = copy.deepcopy(model).double()

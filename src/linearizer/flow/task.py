@@ -10,9 +10,7 @@ from torch import Tensor, nn
 
 from ..data import save_grid
 from ..data.config import load_images as data_images
-from ..errors import LinearizerError
-from ..io import read_json
-from ..training.checkpoint import latest_checkpoint, load_weights
+from ..training.runs import load_run, read_run_config, register_run_kind
 from ..training.trainer import StepRandom
 from .build import build_flow
 from .config import FlowConfig
@@ -68,30 +66,25 @@ class FlowTask:
 
 def run_config(run_dir: str | Path) -> FlowConfig:
     """The resolved config of a flow run folder (one clear error if it is not one)."""
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise LinearizerError(f"no such run folder: {run}")
-    status = run / "run.json"
-    if status.is_file() and read_json(status).get("kind", "flow") != "flow":
-        raise LinearizerError(f"{run} is a {read_json(status).get('kind')} run, not a flow run")
-    return FlowConfig.from_dict(read_json(run / "config.json"))
+    return read_run_config(run_dir, expect="flow")
 
 
 def load_flow_run(
-    run_dir: str | Path, *, use_ema: bool = True, channels: int | None = None
+    run_dir: str | Path, *, use_ema: bool = True
 ) -> tuple[OneStepFlow, FlowConfig, int]:
-    """The trained model of a run (EMA weights when present), in eval mode, and its step."""
-    cfg = run_config(run_dir)
-    path = latest_checkpoint(run_dir)
-    if path is None:
-        raise LinearizerError(f"{run_dir} holds no usable checkpoint")
-    model = build_flow(cfg, channels=channels or _channels(cfg))
-    ckpt = load_weights(path, model, use_ema=use_ema, model_kind="flow")
-    return model.eval(), cfg, ckpt.step
+    """``(model, config, step)`` of a flow run: :func:`~linearizer.training.runs.load_run`."""
+    run = load_run(run_dir, use_ema=use_ema, expect="flow")
+    return run.model, run.config, run.step
+
+
+def _build_for_run(cfg: FlowConfig, run_dir: Path) -> OneStepFlow:
+    return build_flow(cfg, channels=_channels(cfg))
 
 
 def _channels(cfg: FlowConfig) -> int:
     return 1
 
+
+register_run_kind("flow", FlowConfig, _build_for_run)
 
 __all__ = ["FlowTask", "load_flow_run", "load_images", "resolve_perceptual", "draw_noise"]

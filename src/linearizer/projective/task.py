@@ -10,11 +10,9 @@ from torch import Tensor, nn
 
 from ..data import save_grid
 from ..data.config import load_images as data_images
-from ..errors import LinearizerError
 from ..invertible.factory import build_network
-from ..io import read_json
 from ..operators.projector import ObliqueProjector, OrthogonalProjector
-from ..training.checkpoint import latest_checkpoint, load_weights
+from ..training.runs import load_run, read_run_config, register_run_kind
 from ..training.trainer import StepRandom
 from .config import ProjectiveConfig
 from .ign import IGN, ign_loss
@@ -93,25 +91,18 @@ class ProjectiveTask:
 
 def run_config(run_dir: str | Path) -> ProjectiveConfig:
     """The resolved config of a projective run folder (one clear error if it is not one)."""
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise LinearizerError(f"no such run folder: {run}")
-    status = run / "run.json"
-    if status.is_file() and read_json(status).get("kind", KIND) != KIND:
-        raise LinearizerError(f"{run} is a {read_json(status).get('kind')} run, not a {KIND} run")
-    if not (run / "config.json").is_file():
-        raise LinearizerError(f"{run} is not a run folder (no config.json)")
-    return ProjectiveConfig.from_dict(read_json(run / "config.json"))
+    return read_run_config(run_dir, expect=KIND)
 
 
 def load_projective_run(
-    run_dir: str | Path, *, use_ema: bool = True, channels: int = 1
+    run_dir: str | Path, *, use_ema: bool = True
 ) -> tuple[nn.Module, ProjectiveConfig, int]:
-    """The trained model of a run (EMA weights when present), in eval mode, and its step."""
-    cfg = run_config(run_dir)
-    path = latest_checkpoint(run_dir)
-    if path is None:
-        raise LinearizerError(f"{run_dir} holds no usable checkpoint")
-    model = build_model(cfg, channels=channels)
-    ckpt = load_weights(path, model, use_ema=use_ema, model_kind=KIND)
-    return model.eval(), cfg, ckpt.step
+    """``(model, config, step)`` of a projective or IGN run:
+    :func:`~linearizer.training.runs.load_run`."""
+    run = load_run(run_dir, use_ema=use_ema, expect=KIND)
+    return run.model, run.config, run.step
+
+
+register_run_kind(
+    KIND, ProjectiveConfig, lambda cfg, run_dir: build_model(cfg), label=lambda cfg: cfg.model
+)

@@ -117,9 +117,11 @@ def run_repro(
     train_s = train_preset(preset, run, log) if preset else 0.0
     check_flow_run(run)
 
-    from ..flow.task import load_flow_run, load_images
+    from ..flow.task import load_images
+    from ..training.runs import load_run
 
-    model, cfg, step = load_flow_run(run)
+    loaded = load_run(run, expect="flow")
+    model, cfg, step = loaded.model, loaded.config, loaded.step
     ema = _has_ema(run)
     ctx = Context(model, cfg, step, run, opts, load_images(cfg, "test"), device)
     timings: dict[str, float] = {}

@@ -22,7 +22,7 @@ from ..data import save_grid
 from ..errors import LinearizerError
 from ..io import read_json, write_json
 from ..metrics import psnr
-from ..training.checkpoint import latest_checkpoint, load_weights
+from ..training.runs import load_run, read_run_config, register_run_kind
 from ..training.trainer import StepRandom
 from .bank import StyleModel, build_style_model
 from .config import StyleConfig
@@ -204,30 +204,25 @@ class StyleTask:
 
 def run_config(run_dir: str | Path) -> StyleConfig:
     """The resolved config of a style run folder (one clear error if it is not one)."""
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise LinearizerError(f"no such run folder: {run}")
-    status = run / "run.json"
-    if status.is_file() and read_json(status).get("kind", "style") != "style":
-        raise LinearizerError(f"{run} is a {read_json(status).get('kind')} run, not a style run")
-    if not (run / "config.json").is_file():
-        raise LinearizerError(f"{run} is not a run folder (no config.json)")
-    return StyleConfig.from_dict(read_json(run / "config.json"))
+    return read_run_config(run_dir, expect="style")
 
 
 def load_style_run(
     run_dir: str | Path, *, use_ema: bool = True
 ) -> tuple[StyleModel, StyleConfig, int]:
-    """The trained model of a run (EMA weights when present) in eval mode, its config and step."""
-    cfg = run_config(run_dir)
+    """``(model, config, step)`` of a style run: :func:`~linearizer.training.runs.load_run`."""
+    run = load_run(run_dir, use_ema=use_ema, expect="style")
+    return run.model, run.config, run.step
+
+
+def _build_for_run(cfg: StyleConfig, run_dir: Path) -> StyleModel:
+    """The bank's styles: from the config, else the run's bank.json, else its styles folder."""
     styles = list(cfg.style_names)
-    if not styles and (Path(run_dir) / "bank.json").is_file():
-        styles = list(read_json(Path(run_dir) / "bank.json").get("styles", []))
+    if not styles and (run_dir / "bank.json").is_file():
+        styles = list(read_json(run_dir / "bank.json").get("styles", []))
     if not styles:
         styles = list(prepare_config(cfg).style_names)
-    path = latest_checkpoint(run_dir)
-    if path is None:
-        raise LinearizerError(f"{run_dir} holds no usable checkpoint")
-    model = build_style_model(cfg, styles)
-    ckpt = load_weights(path, model, use_ema=use_ema, model_kind="style")
-    return model.eval(), cfg, ckpt.step
+    return build_style_model(cfg, styles)
+
+
+register_run_kind("style", StyleConfig, _build_for_run)

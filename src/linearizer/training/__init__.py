@@ -1,13 +1,15 @@
 """Shared training machinery of every trainer (flow, projective, style).
 
-* :mod:`.config` — typed, documented dataclass configs; presets; ``key=value`` overrides.
-* :mod:`.trainer` — the loop: :class:`Task` protocol, :class:`StepRandom`, :func:`train`
+* :mod:`.config` — presets per kind and :class:`TrainConfig` (the typed-config machinery is
+  :mod:`linearizer.config`).
+* :mod:`.trainer` — the loop: :class:`Task` protocol, :func:`train`
   (EMA, checkpoints, exact resume, NaN stop, time budget, progress, metrics).
+* :mod:`.runs` — :func:`load_run`: any trained run (or ``pretrained:NAME``) back as a model.
 * :mod:`.checkpoint` — safetensors + JSON checkpoints, verified, pruned, with fallback.
 * :mod:`.ema` — weight EMA with warm-up and a swap-in context for evaluation.
 * :mod:`.distributed` — ``torchrun`` / DDP (gloo on CPU, NCCL on GPUs), batch sharding.
 * :mod:`.tracking` — ``metrics.jsonl`` always, trackio optionally.
-* :mod:`.hub` — ``save_pretrained`` / ``from_pretrained`` folders.
+* :mod:`.model_folder` — ``save_pretrained`` / ``from_pretrained`` folders.
 * :mod:`.toy` — a tiny task for tests and ``torchrun`` checks.
 
 See :mod:`linearizer.training.trainer` for how a task plugs in.
@@ -26,11 +28,13 @@ from .config import (
 )
 from .ema import EMA
 from .model_folder import from_pretrained, save_pretrained
+from .runs import Run, load_run
 from .trainer import StepRandom, Task, Trainer, TrainResult, resume_config, train
 
 __all__ = [
     "EMA",
     "Config",
+    "Run",
     "StepRandom",
     "Task",
     "TrainConfig",
@@ -38,6 +42,7 @@ __all__ = [
     "Trainer",
     "apply_overrides",
     "from_pretrained",
+    "load_run",
     "get_preset",
     "latest_checkpoint",
     "load_checkpoint",

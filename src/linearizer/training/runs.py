@@ -1,0 +1,142 @@
+"""Loading any trained run back: one :func:`load_run` for flow, projective (and IGN), style and
+converted-official runs, from a run folder or ``"pretrained:NAME"``.
+
+A run folder holds ``config.json`` (the resolved config), ``run.json`` (``kind``, status) and
+``checkpoints/``. Each application registers how to rebuild its model with
+:func:`register_run_kind` when its ``task`` module is imported; :func:`load_run` imports it on
+first use (as presets do), so this module imports no application.
+
+>>> run = load_run("runs/flow-cpu")                     # doctest: +SKIP
+>>> run.kind, run.step, run.config.network.hidden       # doctest: +SKIP
+('flow', 3000, 32)
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ..config import Config
+from ..errors import LinearizerError
+from ..io import read_json
+from .checkpoint import latest_checkpoint, load_weights
+
+PRETRAINED = "pretrained:"
+
+# Where each kind registers itself (imported on first use; no static upward import).
+_HOMES = {
+    "flow": "linearizer.flow.task",
+    "projective": "linearizer.projective.task",
+    "style": "linearizer.style.task",
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """A loaded run: ``kind`` ("flow" | "projective" | "style" | "ign"), the model in eval mode
+    (EMA weights unless asked otherwise), its config, the checkpoint's step and the folder."""
+
+    kind: str
+    model: nn.Module
+    config: Any
+    step: int
+    path: Path
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """How to rebuild the model of one kind of run from its config and folder."""
+
+    name: str
+    config: type[Config]
+    build: Callable[[Any, Path], nn.Module]
+    # The finer kind a config names (a projective run of the IGN baseline is "ign").
+    label: Callable[[Any], str] | None = None
+
+
+_KINDS: dict[str, RunKind] = {}
+
+
+def register_run_kind(
+    name: str,
+    config: type[Config],
+    build: Callable[[Any, Path], nn.Module],
+    label: Callable[[Any], str] | None = None,
+) -> None:
+    """Make runs whose ``run.json`` says ``kind: name`` loadable by :func:`load_run`."""
+    _KINDS[name] = RunKind(name, config, build, label)
+
+
+def run_kind(name: str) -> RunKind:
+    if name not in _KINDS and name in _HOMES:
+        importlib.import_module(_HOMES[name])
+    if name not in _KINDS:
+        raise LinearizerError(f"unknown run kind '{name}'; known: {', '.join(sorted(_HOMES))}")
+    return _KINDS[name]
+
+
+def run_folder(spec: str | Path) -> Path:
+    """The folder ``spec`` names: itself, or what ``linearizer.pretrained`` resolves a
+    ``pretrained:NAME`` to."""
+    text = str(spec)
+    if not text.startswith(PRETRAINED):
+        return Path(spec)
+    name = text[len(PRETRAINED) :]
+    try:
+        pretrained = importlib.import_module("linearizer.pretrained")
+    except ImportError:
+        raise LinearizerError(f"unknown pretrained model '{name}' (none ship here)") from None
+    return Path(pretrained.resolve(name))
+
+
+def folder_kind(run: Path, default: str | None = None) -> str:
+    """The kind a run folder records: ``run.json``, else its newest checkpoint's model kind,
+    else ``default``."""
+    status = run / "run.json"
+    kind = read_json(status).get("kind") if status.is_file() else None
+    if kind is None and default is None:
+        ckpt = latest_checkpoint(run)
+        kind = read_json(ckpt.with_suffix(".json")).get("model_kind") if ckpt else None
+    kind = kind or default
+    if kind is None:
+        raise LinearizerError(f"{run} records no run kind (no run.json and no checkpoint)")
+    return str(kind)
+
+
+def read_run_config(spec: str | Path, expect: str | None = None) -> Any:
+    """The resolved config of a run folder, checked to be of kind ``expect`` when given."""
+    run = run_folder(spec)
+    if not run.is_dir():
+        raise LinearizerError(f"no such run folder: {run}")
+    kind = folder_kind(run, default=expect)
+    if expect is not None and kind != expect:
+        raise LinearizerError(f"{run} is a {kind} run, not a {expect} run")
+    if not (run / "config.json").is_file():
+        raise LinearizerError(f"{run} is not a run folder (no config.json)")
+    return run_kind(kind).config.from_dict(read_json(run / "config.json"))
+
+
+def load_run(spec: str | Path, *, use_ema: bool = True, expect: str | None = None) -> Run:
+    """The trained model of a run folder or ``"pretrained:NAME"``, in eval mode.
+
+    ``use_ema`` takes the EMA weights when the checkpoint has them; ``expect`` refuses a run of
+    another kind ("flow", "projective", "style") in one line.
+    """
+    run = run_folder(spec)
+    cfg = read_run_config(run, expect)
+    kind = run_kind(folder_kind(run, default=expect))
+    path = latest_checkpoint(run)
+    if path is None:
+        raise LinearizerError(f"{run} holds no usable checkpoint")
+    model = kind.build(cfg, run)
+    ckpt = load_weights(path, model, use_ema=use_ema, model_kind=kind.name)
+    label = kind.label(cfg) if kind.label else kind.name
+    return Run(label, model.eval(), cfg, ckpt.step, run)
+
+
+__all__ = ["Run", "RunKind", "folder_kind", "load_run", "read_run_config", "register_run_kind"]
