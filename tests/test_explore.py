@@ -158,8 +158,10 @@ def test_explore_dry_run_lists_tabs(runs, capsys):
 
 
 def test_open_run_errors(tmp_path):
-    with pytest.raises(LinearizerError, match="not a run folder"):
+    with pytest.raises(LinearizerError, match="no run kind|not a run folder"):
         open_run(tmp_path)
+    with pytest.raises(LinearizerError, match="no such run folder|not a run folder"):
+        open_run(tmp_path / "missing")
 
 
 # ----------------------------------------------------------------------------- the served page

@@ -11,12 +11,11 @@ when called.
 
 from .app import build_app, launch
 from .images import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS
-from .loading import ExploreRun, open_run
+from .loading import open_run
 from .session import Explorer
 
 __all__ = [
     "Explorer",
-    "ExploreRun",
     "MAX_UPLOAD_BYTES",
     "MAX_UPLOAD_PIXELS",
     "build_app",

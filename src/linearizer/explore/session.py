@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import LinearizerError
 from .flow_views import FlowViews
 from .images import drawing_array, read_upload
+from .loading import kind_of
 from .projective_views import ProjectiveViews
 from .style_views import StyleViews
 
@@ -32,7 +33,7 @@ class Explorer:
         self, run: Any, *, k: int = 6, steps: int | None = None, method: str | None = None
     ) -> None:
         self.run = run
-        self.kind = str(run.kind)
+        self.kind = kind_of(run)
         self.flow: FlowViews | None = None
         self.projective: ProjectiveViews | None = None
         self.style: StyleViews | None = None
