@@ -1,0 +1,328 @@
+"""``linearizer restore RUN``: solve an inverse problem with a trained projective model as the
+prior; ``linearizer restore-report``: every method on every task (results.json, REPORT.md,
+figures).
+
+``restore`` degrades its input with ``--task`` (or reads observations with ``--observed``),
+runs every method and writes a labelled strip (truth when known, observation, each method) and
+``restore_<task>.npz`` (``truth``, ``observation``, ``x_<method>``, ``consistency_<method>``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import LinearizerError
+
+
+def _load(spec: str, expect: str) -> tuple[Any, Any, int]:
+    """``(model, config, step)`` of a run folder or ``pretrained:NAME`` of kind ``expect``."""
+    try:
+        from ..training.runs import load_run
+    except ImportError:  # older layout: the per-application loaders
+        load_run = None
+    if load_run is not None:
+        run = load_run(spec, expect="projective" if expect == "ign" else expect)
+        kind = "projective" if run.kind in ("ours", "projective") else run.kind
+        if kind != expect:
+            raise LinearizerError(f"{spec} is a {run.kind} run, not {expect}")
+        return run.model, run.config, run.step
+    if expect == "flow":
+        from ..flow.task import load_flow_run
+
+        return load_flow_run(spec)
+    from ..projective.task import load_projective_run
+
+    model, cfg, step = load_projective_run(spec)
+    kind = "ign" if getattr(cfg, "model", "") == "ign" else "projective"
+    if kind != expect:
+        raise LinearizerError(f"{spec} is a {kind} run, not {expect}")
+    return model, cfg, step
+
+
+def _dataset(cfg) -> str:
+    data = getattr(cfg, "data", None)
+    return data.dataset if hasattr(data, "dataset") else cfg.dataset
+
+
+def _prior(args: argparse.Namespace):
+    """The models of ``args`` as a :class:`~linearizer.restore.evaluate.Prior`, the config of
+    ours, and the facts to record."""
+    from ..restore.evaluate import Prior
+
+    ours, cfg, step = _load(args.run, "projective")
+    facts: dict[str, Any] = {"ours": str(args.run), "ours_step": step}
+    prior = Prior(ours)
+    if args.ign:
+        prior.ign, _, facts["ign_step"] = _load(args.ign, "ign")
+        facts["ign"] = str(args.ign)
+    if args.flow:
+        prior.flow, fcfg, facts["flow_step"] = _load(args.flow, "flow")
+        prior.flow_steps, prior.flow_method = fcfg.sample_steps, fcfg.sample_method
+        facts["flow"] = str(args.flow)
+    return prior, cfg, facts
+
+
+def _png(path: Path, shape: tuple[int, ...]) -> torch.Tensor:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            arr = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
+    except (UnidentifiedImageError, OSError) as e:
+        raise LinearizerError(f"cannot read {path} as an image: {e}") from None
+    if arr.shape != tuple(shape[1:]):
+        raise LinearizerError(
+            f"{path} is {arr.shape[1]}x{arr.shape[0]} px; the model needs {shape[2]}x{shape[1]}"
+        )
+    return torch.from_numpy(arr)[None, None]
+
+
+def _file(path: Path, shape: tuple[int, ...]) -> torch.Tensor:
+    """Images ``[N, *shape]`` from a ``.npy`` (no pickles) or a PNG/JPEG file."""
+    if not path.is_file():
+        raise LinearizerError(f"no such input file: {path}")
+    if path.suffix.lower() != ".npy":
+        return _png(path, shape)
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise LinearizerError(f"cannot read {path} as a .npy array: {e}") from None
+    if not np.issubdtype(array.dtype, np.number):
+        raise LinearizerError(f"{path} holds {array.dtype} values, not numbers")
+    if array.ndim == len(shape) - 1:
+        array = array[:, None]
+    if tuple(array.shape[1:]) != tuple(shape) or len(array) == 0:
+        want = ", ".join(map(str, shape))
+        raise LinearizerError(f"{path} must hold arrays [N, {want}], got {list(array.shape)}")
+    x = torch.from_numpy(np.ascontiguousarray(array)).to(torch.float32)
+    if array.dtype == np.uint8:
+        x = x / 255.0
+    if not torch.isfinite(x).all():
+        raise LinearizerError(f"{path} contains NaN or infinite values")
+    return x
+
+
+def _methods(text: str) -> tuple[str, ...]:
+    from ..restore.evaluate import METHODS
+
+    names = tuple(m.strip() for m in text.split(",") if m.strip())
+    bad = [m for m in names if m not in METHODS]
+    if bad or not names:
+        raise LinearizerError(
+            f"--methods: unknown {bad or text!r}; choose from {', '.join(METHODS)}"
+        )
+    return names
+
+
+def run_restore(args: argparse.Namespace) -> int:
+    from ..restore.degradations import make_degradation
+
+    methods = _methods(args.methods)
+    if args.n < 1:
+        raise LinearizerError(f"--n must be >= 1, got {args.n}")
+    if args.input != "test" and not Path(args.input).is_file():
+        raise LinearizerError(f"--input must be 'test' or an existing .npy/.png file: {args.input}")
+    make_degradation(args.task, (1, 8, 8))  # an unknown task fails before loading anything
+    out = Path(args.out)
+    if args.dry_run:
+        print(
+            f"run {args.run}; task {args.task}; input {args.input} (n <= {args.n}); "
+            f"methods {', '.join(methods)}; output {out}"
+        )
+        return 0
+    prior, cfg, facts = _prior(args)
+    shape = tuple(prior.ours.image_shape)
+    deg = make_degradation(args.task, shape, args.seed)
+    from ..projective.task import load_images
+
+    train = load_images(cfg, "train")[0]
+    truth = None
+    if args.input == "test":
+        truth = load_images(cfg, "test")[0][: args.n]
+    elif not args.observed:
+        truth = _file(Path(args.input), shape)[: args.n]
+    if truth is not None:
+        from ..restore.report import observe
+
+        y = observe(deg, truth, args.seed)
+    else:
+        if args.task == "inpaint-random":
+            raise LinearizerError(
+                "inpaint-random observations need their masks; give clean "
+                "images instead of --observed"
+            )
+        y = _file(Path(args.input), deg.obs_shape())[: args.n]
+        deg.fit_shape(len(y))
+    return _restore_and_save(args, prior, deg, y, truth, train, methods, facts, cfg, out)
+
+
+def _restore_and_save(args, prior, deg, y, truth, train, methods, facts, cfg, out) -> int:
+    import math
+
+    from ..io import write_bytes
+    from ..restore.evaluate import prior_mse, restore
+    from ..restore.figures import save_strip_figure
+    from ..restore.report import LABELS, shown_observation
+    from ..restore.solvers import consistency, fit_induced_operator, observed_rank
+
+    prior.prior_mse = prior_mse(prior.ours, train[:2000])
+    induced = None
+    fit = train[-args.fit_n :]
+    dim = math.prod(deg.image_shape)
+    if "induced-rns" in methods and deg.sigma == 0 and args.task != "inpaint-random":
+        if len(fit) > dim:
+            induced = fit_induced_operator(prior.encode, deg, fit, observed_rank(deg, dim))
+        else:
+            print(f"induced-rns skipped: A_H needs more than {dim} training images")
+    print(f"{args.task}: {len(y)} observations; prior MSE {prior.prior_mse:.4f}")
+    outs, secs, extras = restore(
+        prior,
+        deg,
+        y,
+        methods=methods,
+        iters=args.iters,
+        noise_steps=args.noise_steps,
+        noise_lam=args.noise_lam,
+        induced=induced,
+        progress=lambda m: print(f"  {m} ..."),
+    )
+    arrays: dict[str, np.ndarray] = {"observation": y.numpy()}
+    rows = {}
+    if truth is not None:
+        arrays["truth"] = truth.numpy()
+        rows["truth"] = truth[:8]
+    rows["observed"] = shown_observation(deg.select(slice(0, 8)), y[:8])
+    for name, x in outs.items():
+        c = consistency(deg, x, y)
+        arrays[f"x_{name}"] = x.numpy()
+        arrays[f"consistency_{name}"] = c.numpy()
+        rows[LABELS[name]] = x[:8]
+        line = f"{name:12s} |Hx-y|/|y| max {float(c.max()):.1e}  {1000 * secs[name]:.2f} ms/image"
+        if truth is not None:
+            from ..metrics import psnr
+
+            line += f"  PSNR {float(psnr(x.clamp(0, 1), truth)):.2f} dB"
+        print(line)
+    if "history" in extras:
+        hist = extras["history"]
+        print(
+            "alternating: consistency of P's iterate per iteration "
+            + " ".join(f"{v:.3g}" for v in hist["consistency"])
+        )
+    save_strip_figure(rows, out / f"strip_{args.task}.png", title=args.task)
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_bytes(out / f"restore_{args.task}.npz", buf.getvalue())
+    print(f"-> {out / f'strip_{args.task}.png'}, {out / f'restore_{args.task}.npz'}")
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from ..restore.degradations import TASKS, make_degradation
+    from ..restore.report import restore_report
+
+    tasks = TASKS if args.tasks == "all" else tuple(t.strip() for t in args.tasks.split(","))
+    for t in tasks:
+        make_degradation(t, (1, 8, 8))
+    if args.n < 2:
+        raise LinearizerError(f"--n must be >= 2, got {args.n}")
+    if args.dry_run:
+        print(
+            f"would measure {', '.join(tasks)} on {args.n} test digits with {args.run} "
+            f"(ign {args.ign}, flow {args.flow}) into {args.out}"
+        )
+        return 0
+    prior, cfg, facts = _prior(args)
+    from ..projective.task import load_images
+
+    truth, labels = load_images(cfg, "test")
+    train = load_images(cfg, "train")[0]
+    if len(truth) < args.n:
+        raise LinearizerError(f"--n {args.n} exceeds the {len(truth)} test images")
+    classifier = _dataset(cfg) == "mnist" and truth.shape[-1] == 32
+    restore_report(
+        prior,
+        truth[: args.n],
+        labels[: args.n],
+        train,
+        args.out,
+        classifier=classifier,
+        tasks=tasks,
+        seed=args.seed,
+        iters=args.iters,
+        noise_steps=args.noise_steps,
+        fit_n=args.fit_n,
+        runs=facts,
+    )
+    print(Path(args.out) / "REPORT.md")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run folder (or pretrained:NAME) of `linearizer train projective`")
+    p.add_argument("--ign", default=None, help="run folder of the IGN baseline (optional)")
+    p.add_argument(
+        "--flow",
+        default=None,
+        help="run folder of a one-step flow, for the noise-optimisation baseline",
+    )
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--iters", type=int, default=10, help="alternating-projection iterations")
+    p.add_argument(
+        "--noise-steps", type=int, default=100, help="Adam steps of the noise optimisation"
+    )
+    p.add_argument(
+        "--fit-n",
+        type=int,
+        default=3000,
+        help="training digits for the induced operator A_H (more than the pixels)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of masks and measurement noise")
+    p.add_argument("--dry-run", action="store_true", help="check the arguments and exit")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from ..restore.degradations import TASKS
+    from ..restore.evaluate import METHODS
+
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = sub.add_parser(
+        "restore",
+        formatter_class=fmt,
+        help="solve an inverse problem with a projective model as the prior",
+    )
+    _common(p)
+    p.add_argument("--task", required=True, help=" | ".join(TASKS))
+    p.add_argument(
+        "--input",
+        default="test",
+        help="test (test digits) | FILE.npy ([N, H, W] or [N, 1, H, W]) | FILE.png",
+    )
+    p.add_argument(
+        "--observed",
+        action="store_true",
+        help="the file holds observations y (not clean images to degrade)",
+    )
+    p.add_argument("--n", type=int, default=16, help="number of images (at most)")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
+    p.add_argument(
+        "--noise-lam", type=float, default=0.01, help="weight of |z|^2 in the noise optimisation"
+    )
+    p.set_defaults(func=run_restore)
+
+    r = sub.add_parser(
+        "restore-report",
+        formatter_class=fmt,
+        help="every restoration method on every task: results.json, REPORT.md",
+    )
+    _common(r)
+    r.add_argument("--tasks", default="all", help="comma-separated tasks, or all")
+    r.add_argument("--n", type=int, default=1000, help="test digits per task")
+    r.set_defaults(func=run_report)

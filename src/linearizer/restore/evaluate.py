@@ -1,0 +1,215 @@
+"""Run every restoration method on one task and score it: PSNR, SSIM, LeNet accuracy against the
+true labels, data consistency, FID (LeNet), time per image.
+
+Scores (per method, keys of :func:`score`):
+
+* ``psnr``, ``ssim``: mean over images, outputs clamped to [0, 1] as they are shown.
+* ``lenet_accuracy``: the MNIST classifier's accuracy on the (clamped) restorations against the
+  true labels.
+* ``consistency_max`` / ``consistency_mean``: ``|H x - y| / |y|`` per image on the raw float32
+  outputs; ``model_consistency_max``: the same in the operator the solvers use (differs only
+  for the blurs, whose pseudo-inverse is truncated; see :mod:`.degradations`).
+* ``fid_lenet``: FID (LeNet) of the restorations against the reference digits.
+* ``seconds_per_image``: wall time of the method on the batch divided by its size.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .degradations import Degradation
+from .solvers import (
+    InducedOperator,
+    alternating,
+    consistency,
+    noise_optimisation,
+    range_null_induced,
+    rel_norm,
+    wiener_weight,
+)
+
+BATCH = 500
+METHODS = (
+    "pinv",
+    "project",
+    "ign",
+    "noise-opt",
+    "ddnm",
+    "alternating",
+    "induced-rns",
+)
+EXACT = ("ddnm", "alternating", "induced-rns")  # end with an exact consistency step
+
+
+@dataclass
+class Prior:
+    """The models a restoration uses. ``ours``: a projective model (``forward`` = P, ``encode`` =
+    g, ``decode`` = g^-1); ``ign``: the IGN baseline (or None); ``flow``: a one-step flow model
+    (or None); ``prior_mse``: ours' mean squared reconstruction error on training digits."""
+
+    ours: nn.Module
+    ign: nn.Module | None = None
+    flow: nn.Module | None = None
+    prior_mse: float = 0.0
+    flow_steps: int = 100
+    flow_method: str = "euler"
+
+    def P(self, x: Tensor) -> Tensor:
+        return batched(self.ours, x)
+
+    def encode(self, x: Tensor) -> Tensor:
+        with torch.no_grad():
+            return torch.cat([self.ours.encode(c) for c in x.split(BATCH)])
+
+    def decode(self, w: Tensor) -> Tensor:
+        with torch.no_grad():
+            return torch.cat([self.ours.decode(c) for c in w.split(BATCH)])
+
+    def generator(self) -> Callable[[Tensor], Tensor]:
+        """``f(z) = g_data^-1(B g_noise(z))``, differentiable in ``z``."""
+        from ..flow.model import DATA, NOISE
+
+        flow = self.flow
+        b = flow.one_step_matrix(steps=self.flow_steps, method=self.flow_method)
+        b = b.to(torch.float32)
+
+        def f(z: Tensor) -> Tensor:
+            return flow.decode(flow.encode(z, NOISE) @ b.T, DATA)
+
+        return f
+
+
+def batched(model: nn.Module, x: Tensor) -> Tensor:
+    """``model(x)`` without gradients in batches of one kind of input (IGN's BatchNorm runs on
+    batch statistics, the map it was trained as)."""
+    from ..projective.evaluate import apply
+
+    return apply(model, x, BATCH)
+
+
+def prior_mse(model: nn.Module, images: Tensor) -> float:
+    """Mean squared error of ``P(x)`` against ``x`` per pixel (the prior's error scale)."""
+    return float((batched(model, images) - images).double().square().mean())
+
+
+def restore(
+    prior: Prior,
+    deg: Degradation,
+    y: Tensor,
+    *,
+    methods: tuple[str, ...] = METHODS,
+    iters: int = 10,
+    noise_steps: int = 100,
+    noise_lam: float = 0.01,
+    induced: InducedOperator | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[dict[str, Tensor], dict[str, float], dict[str, Any]]:
+    """Every requested method on observations ``y``: ``(outputs, seconds_per_image, extras)``.
+
+    Methods whose model is missing (``ign``, ``noise-opt``, ``induced-rns`` without an
+    operator) are skipped. ``extras["history"]``: the residuals of :func:`alternating` per
+    iteration; ``extras["noise_trace"]``: the mean objective of the noise optimisation.
+    """
+    outs: dict[str, Tensor] = {}
+    secs: dict[str, float] = {}
+    extras: dict[str, Any] = {}
+    n = y.shape[0]
+    weight = wiener_weight(prior.prior_mse, deg.sigma)
+
+    def timed(name: str, fn: Callable[[], Tensor]) -> None:
+        if progress:
+            progress(name)
+        t0 = time.perf_counter()
+        outs[name] = fn().detach()
+        secs[name] = (time.perf_counter() - t0) / n
+
+    x_pinv = deg.pinv(y)
+    if "pinv" in methods:
+        timed("pinv", lambda: deg.pinv(y))
+    if "project" in methods:
+        timed("project", lambda: prior.P(x_pinv))
+    if "ign" in methods and prior.ign is not None:
+        timed("ign", lambda: batched(prior.ign, x_pinv))
+    if "noise-opt" in methods and prior.flow is not None:
+
+        def run_noise() -> Tensor:
+            x, trace = noise_optimisation(
+                prior.generator(), deg, y, steps=noise_steps, lam=noise_lam
+            )
+            extras["noise_trace"] = trace
+            return x
+
+        timed("noise-opt", run_noise)
+    if "ddnm" in methods:
+        timed(
+            "ddnm",
+            lambda: alternating(prior.P, deg, y, iters=1, weight=weight, check_idempotence=False)[
+                0
+            ],
+        )
+    prior_point = None
+    if "alternating" in methods or "induced-rns" in methods:
+
+        def run_alt() -> Tensor:
+            nonlocal prior_point
+            x, p, hist = alternating(
+                prior.P, deg, y, iters=iters, weight=weight, check_idempotence=False
+            )
+            prior_point = p
+            extras["history"] = hist.as_dict()
+            return x
+
+        timed("alternating", run_alt)
+        # Idempotence of P along the iterations, on a sub-batch (one more P per iteration).
+        k = min(n, 100)
+        sub = deg.select(slice(0, k))
+        _, _, h2 = alternating(prior.P, sub, y[:k], iters=iters, weight=weight)
+        extras["history"]["idempotence_max"] = h2.idempotence_max
+        if "alternating" not in methods:
+            del outs["alternating"], secs["alternating"]
+    if "induced-rns" in methods and induced is not None:
+        t_alt = secs.get("alternating", 0.0)
+
+        def run_rns() -> Tensor:
+            return range_null_induced(
+                prior.encode, prior.decode, deg, y, prior_point, induced, weight
+            )
+
+        timed("induced-rns", run_rns)
+        secs["induced-rns"] += t_alt  # it starts from the alternating projections' prior
+    extras["weight"] = weight
+    return outs, secs, extras
+
+
+@torch.no_grad()
+def score(
+    x: Tensor,
+    truth: Tensor,
+    labels: Tensor,
+    deg: Degradation,
+    y: Tensor,
+    lenet: nn.Module,
+    ref_features: Tensor,
+) -> dict[str, float]:
+    """The scores of one method's outputs ``x`` (module docstring)."""
+    from ..metrics import accuracy, fid_from_features, lenet_features, psnr, ssim
+
+    shown = x.clamp(0, 1).float()
+    c = consistency(deg, x, y)
+    r, ref = deg.model_residual(x, y)
+    mc = rel_norm(r, ref)
+    return {
+        "psnr": float(psnr(shown, truth)),
+        "ssim": float(ssim(shown, truth)),
+        "lenet_accuracy": accuracy(lenet, shown, labels),
+        "consistency_max": float(c.max()),
+        "consistency_mean": float(c.mean()),
+        "model_consistency_max": float(mc.max()),
+        "fid_lenet": fid_from_features(lenet_features(shown, lenet), ref_features),
+    }
