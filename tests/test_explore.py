@@ -3,6 +3,11 @@ process and driven through gradio_client, one test per tab (smoke runs made by t
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -145,7 +150,7 @@ def test_style_mixing_is_linear_in_the_weights(runs):
 
 
 def test_missing_gradio_is_one_line(runs, monkeypatch, capsys):
-    monkeypatch.setitem(__import__("sys").modules, "gradio", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "gradio", None)  # as if not installed
     assert main(["explore", str(runs / "flow"), "--dry-run"]) == 2
     assert capsys.readouterr().err.strip().endswith("pip install linearizer[app]")
 
@@ -230,6 +235,20 @@ def test_page_project(serve, runs, tmp_path):
     names = {e.lstrip("/") for e in client.view_api(print_info=False, return_format="dict")[
         "named_endpoints"]}  # fmt: skip
     assert "generate" not in names and "walk" not in names  # flow tabs hidden
+
+
+def test_latency_benchmark_runs(tmp_path):
+    """benchmarks/explore_latency.py stays runnable (a smoke run; no timing asserts)."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "explore_latency.py"
+    out = tmp_path / "latency.json"
+    cmd = [sys.executable, str(script), "--quick", "--threads", "1", "--run", "untrained:flow",
+           "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"][0]["rows"]
+    assert {r["interaction"].split(" ")[0] for r in rows} == {
+        "generate", "walk", "invert", "interpolate"
+    }  # fmt: skip
 
 
 def test_page_style(serve, runs):
