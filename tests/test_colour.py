@@ -1,12 +1,25 @@
-"""Colour: image-folder and CelebA-layout datasets on images the tests make."""
+"""Colour: image-folder and CelebA-layout datasets on images the tests make, 3-channel
+checkpoints of the authors' release format, and every application at C = 3."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from linearizer.cli.main import main
 from linearizer.data.folder import load_folder, parse_dataset, resize_crop
 from linearizer.errors import LinearizerError
+
+# Beside the repository, like tests/official_fixture.py's ../shared/reference/official.
+OFFICIAL_RGB = Path(__file__).resolve().parents[2] / "shared" / "reference" / "official-rgb"
+RGB_CKPT = OFFICIAL_RGB / "checkpoint" / "models" / "model.pth"
+RGB_GOLDEN = OFFICIAL_RGB / "golden_rgb.npz"
+needs_rgb_fixture = pytest.mark.skipif(
+    not (RGB_CKPT.is_file() and RGB_GOLDEN.is_file()),
+    reason=f"3-channel reference fixture not found under {OFFICIAL_RGB}",
+)
 
 
 def write_images(folder, n=4, size=(30, 20), fmt="png", sub=""):
@@ -149,3 +162,28 @@ def test_photo_crops_split_the_bundled_photographs():
     assert sorted(set(labels.tolist())) == list(range(len(PHOTOS)))
     with pytest.raises(LinearizerError, match="img_size"):
         photo_crops("train", img_size=64, shorter=48)
+
+
+@needs_rgb_fixture
+def test_converted_rgb_release_reproduces_the_authors_samples(tmp_path, capsys):
+    """convert-official on their 3-channel (CelebA-configuration) checkpoint, then
+    ``linearizer sample`` on the run: one-step Euler (T = 37) and multi-step RK4 (T = 23)."""
+    golden = dict(np.load(RGB_GOLDEN))
+    run = tmp_path / "run"
+    assert main(["convert-official", str(RGB_CKPT), "--out", str(run)]) == 0
+    np.save(tmp_path / "x0.npy", golden["x0"])
+    cases = {
+        "one_euler_T37": ["--steps", "37", "--method", "euler"],
+        "multi_rk_T23": ["--steps", "23", "--method", "rk4", "--multi-step"],
+    }
+    for key, how in cases.items():
+        out = tmp_path / key
+        argv = ["sample", str(run), "--noise", str(tmp_path / "x0.npy"), "--out", str(out)]
+        assert main(argv + how) == 0
+        with np.load(out / "samples.npz") as z:
+            ours = z["samples"].astype(np.float64)
+        theirs = golden[key].astype(np.float64)
+        assert ours.shape == theirs.shape == (3, 3, 8, 8)
+        # Their float32 against our float64: relative to the outputs' scale (README: 1e-5).
+        scale = np.abs(theirs).max()
+        assert np.abs(ours - theirs).max() <= 1e-5 * scale, key

@@ -423,7 +423,8 @@ def test_flow_config_of_the_fixture_and_refusals(official):
     with pytest.raises(LinearizerError, match="sample_steps"):
         flow_config(layout, {"steps": "many"})
     bad = {
-        "3-channel": dataclasses.replace(layout, in_channels=3, squeeze=False),
+        "5-channel": dataclasses.replace(layout, in_channels=5),
+        "squeeze": dataclasses.replace(layout, in_channels=3, squeeze=False),
         "clamp": dataclasses.replace(layout, clamp=4.0),
         "heads": dataclasses.replace(layout, unet={**layout.unet, "num_heads": 2}),
         "time embedding": dataclasses.replace(layout, unet={**layout.unet, "emb_mult": 2}),

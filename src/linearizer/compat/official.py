@@ -448,7 +448,8 @@ def unet_from_official(
 # not RK4 (our "rk4-authors"); their multi-step "rk" is true RK4 (our "rk4").
 SAMPLING = {"rk": "rk4-authors", "euler": "euler"}
 DATASETS = {"mnist": "mnist", "fashion": "fashion-mnist", "fashion_mnist": "fashion-mnist",
-            "fashion-mnist": "fashion-mnist", "fmnist": "fashion-mnist"}  # fmt: skip
+            "fashion-mnist": "fashion-mnist", "fmnist": "fashion-mnist",
+            "celeba": "celeba"}  # fmt: skip
 # What build_flow's paper network fixes rather than reads from the config.
 _FIXED = {"clamp": 5.0, "emb_mult": 4, "num_heads": 1}
 
@@ -457,11 +458,8 @@ def _check_representable(layout: OfficialLayout) -> None:
     """Refuse, in one line, a layout that a flow run folder cannot describe exactly."""
     u = layout.unet
     why = []
-    if layout.in_channels != 1:
-        why.append(
-            f"{layout.in_channels}-channel images (flow runs are single-channel so far; "
-            "use linearizer.compat.load_official in Python)"
-        )
+    if layout.in_channels not in (1, 3):
+        why.append(f"{layout.in_channels}-channel images (runs hold grey or RGB images)")
     if layout.squeeze != (layout.in_channels % 2 == 1):
         why.append(f"squeeze={layout.squeeze} with {layout.in_channels} channel(s)")
     if layout.clamp != _FIXED["clamp"]:
@@ -505,7 +503,7 @@ def _config_and_notes(
         "clamp_mode": "hard",
     }
     values = {
-        "data": {"dataset": dataset},
+        "data": {"dataset": dataset, "colour": "rgb" if layout.in_channels == 3 else "grey"},
         "network": network,
         "rank": lora["rank"],
         "lora_emb": lora["emb_dim"],

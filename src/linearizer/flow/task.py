@@ -82,7 +82,7 @@ def _build_for_run(cfg: FlowConfig, run_dir: Path) -> OneStepFlow:
 
 
 def _channels(cfg: FlowConfig) -> int:
-    return 1
+    return cfg.data.channels
 
 
 register_run_kind("flow", FlowConfig, _build_for_run)

@@ -26,8 +26,10 @@ def load_images(cfg: ProjectiveConfig, split: str = "train") -> tuple[Tensor, Te
     return data_images(cfg.data, cfg.network.img_size, split)
 
 
-def build_model(cfg: ProjectiveConfig, channels: int = 1) -> nn.Module:
-    """The freshly initialised network ``cfg`` describes (ours or IGN; seeded by the caller)."""
+def build_model(cfg: ProjectiveConfig, channels: int | None = None) -> nn.Module:
+    """The freshly initialised network ``cfg`` describes (ours or IGN; seeded by the caller);
+    ``channels`` defaults to the data's (1 grey, 3 RGB)."""
+    channels = channels or cfg.data.channels
     size = cfg.network.img_size
     if cfg.model == "ign":
         return IGN(channels, size, cfg.ign_width, cfg.ign_latent, cfg.ign_norm)
