@@ -1,4 +1,5 @@
-"""Image metrics (PSNR, SSIM), FID (LeNet) / KID (LeNet) and our MNIST classifier.
+"""Image metrics (PSNR, SSIM), FID (LeNet) / KID (LeNet), improved precision/recall and our
+MNIST classifier.
 
 >>> import torch
 >>> from linearizer.metrics import psnr, ssim
@@ -31,12 +32,14 @@ from .fid import (
     lenet_features,
 )
 from .image import gaussian_window, mse_per_sample, psnr, psnr_from_mse, ssim, ssim_map
+from .precision_recall import coverage_share, knn_radii, precision_recall
 
 __all__ = [
     "LeNet",
     "LeNetConfig",
     "accuracy",
     "classifier_stats",
+    "coverage_share",
     "default_weights_path",
     "extract_features",
     "feature_stats",
@@ -47,10 +50,12 @@ __all__ = [
     "inception_fid",
     "kid_from_features",
     "kid_lenet",
+    "knn_radii",
     "lenet_features",
     "load_classifier",
     "load_info",
     "mse_per_sample",
+    "precision_recall",
     "predict_logits",
     "psnr",
     "psnr_from_mse",

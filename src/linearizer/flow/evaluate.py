@@ -1,0 +1,239 @@
+"""Sample quality of a one-step flow model: FID/KID (LeNet), precision/recall, LeNet confidence.
+
+:func:`evaluate_flow` draws ``n`` one-step samples per sampler (the same noise for every
+sampler), decodes them, and measures them against the reference images (the run's test split:
+the 10,000 MNIST test images) on the 84-d features of our MNIST classifier
+(:mod:`linearizer.metrics.classifier`):
+
+* FID (LeNet) and KID (LeNet) (:mod:`linearizer.metrics.fid`),
+* improved precision and recall, ``k = 3`` (:mod:`linearizer.metrics.precision_recall`),
+* LeNet mean confidence (mean max-softmax), entropy and the histogram of predicted classes.
+
+Reference rows put the numbers in scale: ``n`` random training images (the best a generator
+can do) and ``n`` uniform-noise images (about the worst). Samples are clamped to [0, 1] before
+the classifier sees them, as in every grid. Nothing here depends on the CLI; the command
+``linearizer evaluate`` (``cli/cmd_evaluate.py``) adds loading and writing.
+
+>>> [s.name for s in default_samplers()]
+['T100', 'T100-predict', 'T1000']
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..data import save_grid
+from ..errors import LinearizerError
+from ..io import write_json, write_text
+from ..metrics import classifier_stats, fid_from_features, kid_from_features, lenet_features
+from ..metrics.classifier import LeNet, load_classifier
+from ..metrics.precision_recall import coverage_share, knn_radii
+from .model import OneStepFlow
+from .solvers import check_schedule
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """One sampling setting: ``T`` steps of ``method``, last interval ``final`` (skip/predict)."""
+
+    name: str
+    steps: int = 100
+    method: str = "euler"
+    final: str = "skip"
+
+    def describe(self) -> str:
+        return f"one-step, {self.method}, T = {self.steps}, final {self.final}"
+
+
+def default_samplers(steps: int = 100, long_steps: int = 1000, method: str = "euler"):
+    """The three rows of every evaluation: T, T with ``final="predict"``, and a long T."""
+    return [
+        Sampler(f"T{steps}", steps, method, "skip"),
+        Sampler(f"T{steps}-predict", steps, method, "predict"),
+        Sampler(f"T{long_steps}", long_steps, method, "skip"),
+    ]
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """``n`` samples per sampler; ``k`` of precision/recall; KID over ``kid_subsets`` subsets."""
+
+    n: int = 10_000
+    seed: int = 0
+    batch: int = 1000
+    k: int = 3
+    kid_subsets: int = 50
+    references: bool = True
+    dtype: torch.dtype = torch.float64
+
+    def check(self) -> None:
+        if self.n < max(self.k + 1, 2):
+            raise LinearizerError(f"--n must be at least {max(self.k + 1, 2)}, got {self.n}")
+        if self.batch < 1 or self.k < 1 or self.kid_subsets < 1:
+            raise LinearizerError("--batch, --k and --kid-subsets must be >= 1")
+
+
+Progress = Callable[[int], None]
+
+
+def lenet_view(images: Tensor) -> Tensor:
+    """Images as the LeNet reads them: float32 in [0, 1], one channel, 32x32."""
+    x = images.detach().to(torch.float32).clamp(0, 1)
+    if x.dim() != 4 or x.shape[1] != 1:
+        raise LinearizerError(
+            f"FID (LeNet) needs one-channel images [N, 1, H, W], got {tuple(x.shape)}"
+        )
+    if tuple(x.shape[-2:]) not in ((32, 32), (28, 28)):
+        x = F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
+    return x
+
+
+class Reference:
+    """Features, k-NN radii and classifier view of the reference images, computed once."""
+
+    def __init__(self, images: Tensor, classifier: LeNet, opts: EvalOptions) -> None:
+        self.classifier, self.opts = classifier, opts
+        self.images = lenet_view(images)
+        self.features = lenet_features(self.images, classifier, opts.batch)
+        self.radii = knn_radii(self.features, opts.k)
+
+    def measure(self, images: Tensor) -> dict:
+        """Every number of one image set against the reference (see the module docstring)."""
+        x = lenet_view(images)
+        f = lenet_features(x, self.classifier, self.opts.batch)
+        m = min(1000, len(f), len(self.features))
+        kid, kid_std = kid_from_features(f, self.features, m, self.opts.kid_subsets)
+        stats = classifier_stats(x, model=self.classifier)
+        hist = stats["class_histogram"]
+        return {
+            "n": len(x),
+            "fid_lenet": fid_from_features(f, self.features),
+            "kid_lenet": kid,
+            "kid_lenet_std": kid_std,
+            "precision": coverage_share(f, self.features, self.radii),
+            "recall": coverage_share(self.features, f, knn_radii(f, self.opts.k)),
+            "confidence": stats["mean_max_prob"],
+            "entropy": stats["mean_entropy"],
+            "class_histogram": hist,
+            "min_class_share": min(hist) / max(sum(hist), 1),
+        }
+
+
+def draw_samples(
+    model: OneStepFlow,
+    noise: Tensor,
+    sampler: Sampler,
+    opts: EvalOptions,
+    progress: Progress | None = None,
+) -> Tensor:
+    """Decode ``noise`` through the collapsed sampler, batch by batch (float32 images, CPU)."""
+    check_schedule(sampler.steps, sampler.method, sampler.final)
+    param = next(model.parameters())
+    out = []
+    with torch.no_grad():
+        for part in noise.split(opts.batch):
+            x = model.sample(
+                part.to(param.device, param.dtype),
+                steps=sampler.steps,
+                method=sampler.method,
+                final=sampler.final,
+                dtype=opts.dtype,
+            )
+            out.append(x.float().cpu())
+            if progress:
+                progress(len(part))
+    return torch.cat(out)
+
+
+def evaluate_flow(
+    model: OneStepFlow,
+    reference: Tensor,
+    samplers: Iterable[Sampler] | None = None,
+    opts: EvalOptions | None = None,
+    train_images: Tensor | None = None,
+    classifier: LeNet | None = None,
+    progress: Progress | None = None,
+) -> tuple[dict, dict[str, Tensor]]:
+    """Measure ``model``'s samples against ``reference`` images.
+
+    Returns ``(results, samples)``: ``results["rows"]`` holds one dict per sampler (and the
+    reference rows ``train images`` / ``uniform noise`` when ``opts.references`` and
+    ``train_images`` is given for the first), ``samples`` the first 64 images of each sampler.
+    """
+    opts = opts or EvalOptions()
+    opts.check()
+    samplers = list(samplers or default_samplers())
+    classifier = classifier or load_classifier()
+    if len(reference) < max(opts.k + 1, 2):
+        raise LinearizerError(f"the reference set needs more than {opts.k} images")
+    ref = Reference(reference, classifier, opts)
+    gen = torch.Generator().manual_seed(opts.seed)
+    noise = torch.randn(opts.n, *model.image_shape, generator=gen)
+    rows, keep = [], {}
+    for sampler in samplers:
+        start = time.perf_counter()
+        images = draw_samples(model, noise, sampler, opts, progress)
+        seconds = time.perf_counter() - start
+        rows.append({"name": sampler.name, "what": sampler.describe(), **asdict(sampler),
+                     "sample_seconds": seconds, **ref.measure(images)})  # fmt: skip
+        keep[sampler.name] = images[:64]
+    if opts.references:
+        if train_images is not None:
+            pick = torch.randperm(len(train_images), generator=gen)[: opts.n]
+            rows.append({"name": "train", "what": f"{len(pick)} random training images",
+                         **ref.measure(train_images[pick])})  # fmt: skip
+        uniform = torch.rand(opts.n, 1, 32, 32, generator=gen)
+        rows.append({"name": "uniform", "what": f"{opts.n} uniform-noise images",
+                     **ref.measure(uniform)})  # fmt: skip
+    reference_stats = classifier_stats(ref.images, model=classifier)
+    results = {
+        "n": opts.n,
+        "reference_images": len(reference),
+        "reference_confidence": reference_stats["mean_max_prob"],
+        "options": {k: str(v) if k == "dtype" else v for k, v in asdict(opts).items()},
+        "rows": rows,
+    }
+    return results, keep
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+COLUMNS = (
+    ("FID (LeNet)", "fid_lenet", "{:.1f}"),
+    ("KID (LeNet)", "kid_lenet", "{:.1f}"),
+    ("precision", "precision", "{:.3f}"),
+    ("recall", "recall", "{:.3f}"),
+    ("confidence", "confidence", "{:.3f}"),
+    ("smallest class", "min_class_share", "{:.1%}"),
+)
+
+
+def markdown_table(results: dict) -> str:
+    """The results as a markdown table, one row per sampler or reference set."""
+    head = "| set | " + " | ".join(c[0] for c in COLUMNS) + " |"
+    lines = [head, "|" + "---|" * (len(COLUMNS) + 1)]
+    for row in results["rows"]:
+        cells = [fmt.format(row[key]) for _, key, fmt in COLUMNS]
+        lines.append(f"| {row['name']}: {row['what']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(results: dict, samples: dict[str, Tensor], out: str | Path) -> list[Path]:
+    """``results.json``, ``results.md`` and one grid ``grid_<sampler>.png`` per sampler."""
+    out = Path(out)
+    paths = [write_json(out / "results.json", results)]
+    head = results.get("title", "Evaluation")
+    text = f"# {head}\n\n{markdown_table(results)}"
+    paths.append(write_text(out / "results.md", text))
+    for name, images in samples.items():
+        path = out / f"grid_{name}.png"
+        save_grid(images.clamp(0, 1), path, nrow=8, scale=2)
+        paths.append(path)
+    return paths
