@@ -99,6 +99,10 @@ def interactions(ex: Explorer, digit: str, handle_file) -> list[tuple[str, objec
             ("project a drawing (blur)", lambda: p.project(p.model_input(drawing), "blur", 0),
              (sketch, None, "blur", 0), "/project"),
         ]  # fmt: skip
+        if p.tasks:
+            cases.append((f"restore ({p.tasks[0]}, 4 methods)",
+                          lambda: p.restore(p.model_input(drawing), p.tasks[0], 0),
+                          (sketch, None, 0, p.tasks[0]), "/restore"))  # fmt: skip
     if ex.style:
         s = ex.style
         name = next(iter(s.contents))

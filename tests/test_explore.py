@@ -132,6 +132,11 @@ def test_projective_idempotence(runs):
         residual = (p.model(fx) - fx).abs().max() / fx.abs().max()
     assert float(residual) < 1e3 * F32_EPS
     assert "idempotence residual" in text
+    assert "inpaint-box" in p.tasks
+    strip, text = p.restore(x, "inpaint-box", 0)
+    assert strip.shape[1] > 4 * strip.shape[0] and "alternating" in text
+    with pytest.raises(LinearizerError, match="unknown degradation"):
+        p.restore(x, "denoise-0.2", 0)  # noisy tasks need the prior's error: not offered
 
 
 def test_style_mixing_is_linear_in_the_weights(runs):
@@ -232,6 +237,8 @@ def test_page_project(serve, runs, tmp_path):
     digit = gradio_client.handle_file(_png(tmp_path / "d.png", _digit()))
     seen, once, twice, text = client.predict(None, digit, "blur", 0, api_name="/project")
     assert "idempotence residual" in text and _read(once).shape == _read(twice).shape
+    strip, text = client.predict(None, digit, 0, "sr2", api_name="/restore")
+    assert "sr2" in text and _read(strip).shape[1] > 4 * _read(strip).shape[0]
     names = {e.lstrip("/") for e in client.view_api(print_info=False, return_format="dict")[
         "named_endpoints"]}  # fmt: skip
     assert "generate" not in names and "walk" not in names  # flow tabs hidden

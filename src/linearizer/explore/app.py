@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import LinearizerError
 from .images import MAX_UPLOAD_BYTES, UPLOAD_HINT
+from .projective_views import RESTORE_METHODS
 from .session import FLOW_TABS, PROJECT_TAB, STYLE_TAB, Explorer, pick_picture
 
 log = logging.getLogger(__name__)
@@ -260,20 +261,21 @@ def _project_tab(gr: Any, ex: Explorer) -> None:
             [seen, once, twice, text],
             api_name="project",
         )
-        if p.methods:
-            method = gr.Dropdown(p.methods, value=p.methods[0], label="restoration method")
-            fix = gr.Button("Restore")
+        if p.tasks:
+            gr.Markdown("### Restore: degrade the input exactly, then restore it")
             with gr.Row():
-                bad, fixed = _image(gr, "corrupted"), _image(gr, "restored")
+                task = gr.Dropdown(p.tasks, value=p.tasks[0], label="degradation")
+                fix = gr.Button("Restore")
+            strip = _image(gr, "clean x | H⁺y | " + " | ".join(RESTORE_METHODS))
             text2 = gr.Markdown()
 
-            def restore(drawing: Any, file: Any, corruption: str, seed: float, m: str) -> tuple:
-                return p.restore(picked(drawing, file, seed), corruption, m, int(seed or 0))
+            def restore(drawing: Any, file: Any, seed: float, task: str) -> tuple:
+                return p.restore(picked(drawing, file, seed), task, int(seed or 0))
 
             fix.click(
-                guarded(restore, 2),
-                [draw, upload, corruption, seed, method],
-                [bad, fixed, text2],
+                guarded(restore, 1),
+                [draw, upload, seed, task],
+                [strip, text2],
                 api_name="restore",
             )
 

@@ -8,8 +8,6 @@ Restoration methods are offered when :mod:`linearizer.restore` provides them.
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -21,14 +19,24 @@ from .images import noise_picture, picture, to_model_image
 NONE = "none"
 
 
-def restore_methods() -> list[str]:
-    """Names of the restoration methods :mod:`linearizer.restore` offers (none without it)."""
+RESTORE_METHODS = ("pinv", "project", "ddnm", "alternating")  # those a projective prior runs
+
+
+def restore_tasks(image_shape: tuple[int, int, int]) -> list[str]:
+    """The noiseless degradations of :mod:`linearizer.restore` for images of ``image_shape``
+    (noisy ones weigh the data by the prior's error, which needs training digits)."""
     try:
-        restore = importlib.import_module("linearizer.restore")
+        from ..restore import TASKS, make_degradation
     except ImportError:
         return []
-    names = getattr(restore, "METHODS", None) or getattr(restore, "RESTORERS", None) or {}
-    return sorted(str(n) for n in names)
+    tasks = []
+    for task in TASKS:
+        try:
+            if make_degradation(task, image_shape).sigma == 0:
+                tasks.append(task)
+        except LinearizerError:  # not defined for this image shape
+            continue
+    return tasks
 
 
 class ProjectiveViews:
@@ -38,7 +46,7 @@ class ProjectiveViews:
         self.model = model
         self.shape = tuple(int(s) for s in image_shape)
         self.param = next(model.parameters())
-        self.methods = restore_methods()
+        self.tasks = restore_tasks(self.shape)
 
     @property
     def corruptions(self) -> list[str]:
@@ -72,12 +80,24 @@ class ProjectiveViews:
         return shown, picture(once), picture(twice), text
 
     @torch.no_grad()
-    def restore(self, x: Tensor, corruption: str, method: str, seed: int = 0) -> tuple:
-        """The corrupted picture and its restoration by ``method`` of :mod:`linearizer.restore`."""
-        if method not in self.methods:
-            raise LinearizerError(f"unknown restoration method {method!r}; have {self.methods}")
-        restore = importlib.import_module("linearizer.restore")
-        bad = corrupt(x, corruption, seed) if corruption != NONE else x
-        fixed = restore.restore(self.model, bad, method=method)
-        err = float((fixed - x).abs().mean())
-        return picture(bad), picture(fixed), f"{method}: mean |restored − clean| = {err:.3g}"
+    def restore(self, x: Tensor, task: str, seed: int = 0) -> tuple[np.ndarray, str]:
+        """Degrade ``x`` by ``task`` (exact ``H``), then restore it with every method a
+        projective prior runs; returns one strip (clean, ``H^+ y``, each method) and the errors."""
+        from ..restore import Prior, make_degradation, restore
+
+        if task not in self.tasks:
+            raise LinearizerError(f"unknown degradation {task!r}; choose from {self.tasks}")
+        deg = make_degradation(task, self.shape, seed)
+        deg.fit_shape(x.shape[0])
+        y = deg.measure(x, torch.Generator().manual_seed(int(seed)))
+        outs, secs, _ = restore(Prior(ours=self.model), deg, y, methods=RESTORE_METHODS)
+        names = [m for m in RESTORE_METHODS if m in outs]
+        strip = picture(torch.cat([x, *(outs[m] for m in names)]), nrow=len(names) + 1)
+        errors = ", ".join(
+            f"{m} {float((outs[m] - x).abs().mean()):.3f} ({1e3 * secs[m]:.0f} ms)" for m in names
+        )
+        text = (
+            f"{task}: clean x, then {', '.join(names)} (pinv = H⁺y). "
+            f"Mean |restored − x| and time: {errors}."
+        )
+        return strip, text
