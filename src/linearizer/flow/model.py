@@ -9,68 +9,85 @@ Sampling integrates the induced linear ODE (see :mod:`linearizer.flow.solvers`) 
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..checks import check_image_batch
+from ..algebra import Linearizer
 from ..errors import LinearizerError
-from ..invertible import memsave
-from ..invertible.base import Conditioned, as_cond
+from ..image_model import ImageModel
 from ..operators.base import LinearOperator
+from ..operators.dense import Dense
 from . import factored, solvers
 
 DATA, NOISE = 1.0, 0.0
 
 
-class OneStepFlow(nn.Module):
+class OneStepFlow(ImageModel):
     """``net``: a conditioned invertible network on images ``[B, *image_shape]``;
     ``op``: a time-dependent operator on the flattened latent (``D = prod(image_shape)``).
     ``memory_saving``: back-propagate through ``net`` by recomputing its activations from its
-    exact inverse (:mod:`linearizer.invertible.memsave`) instead of storing them."""
+    exact inverse (:mod:`linearizer.invertible.memsave`) instead of storing them.
 
-    memory_saving: bool = False
+    The sampler's generator is a :class:`Linearizer`: ``model.generator(steps=100).svd(8)``,
+    ``.pinv(x)`` and the rest of its algebra apply to ``g_data^-1(B g_noise(.))`` directly.
+    """
 
     def __init__(self, net: nn.Module, op: LinearOperator, image_shape: tuple[int, int, int]):
-        super().__init__()
-        self.net = net
+        super().__init__(net, image_shape)
         self.op = op
-        self.image_shape = tuple(int(s) for s in image_shape)
-        self.dim = math.prod(self.image_shape)
         if op.in_features != self.dim or op.out_features != self.dim:
             raise LinearizerError(
                 f"operator is {op.out_features}x{op.in_features} but images "
                 f"{self.image_shape} flatten to {self.dim}"
             )
-        self._cache: dict[tuple, tuple[tuple, Tensor]] = {}
+        self._cache: dict[tuple, tuple[tuple, Any]] = {}
 
     # --- the two induced spaces -------------------------------------------------------------
     @property
-    def g_data(self) -> Conditioned:
-        return _view(self.net, DATA)
+    def g_data(self) -> nn.Module:
+        """``G(., 1)``: encodes data."""
+        return self.side(DATA)
 
     @property
-    def g_noise(self) -> Conditioned:
-        return _view(self.net, NOISE)
-
-    def check_images(self, x: Tensor, what: str = "images") -> None:
-        check_image_batch(x, self.image_shape, what)
-        if not torch.isfinite(x).all():
-            raise LinearizerError(f"{what} contain NaN or infinite values")
+    def g_noise(self) -> nn.Module:
+        """``G(., 0)``: encodes noise."""
+        return self.side(NOISE)
 
     def encode(self, x: Tensor, flag: float | Tensor) -> Tensor:
         """Flattened latents ``[B, D]`` of images under ``G(., flag)`` (flag per sample allowed)."""
-        cond = as_cond(flag, x.shape[0], x)
-        z = memsave.forward(self.net, x, cond) if self.memory_saving else self.net(x, cond)
-        return z.reshape(x.shape[0], -1)
+        return self.encode_at(x, flag)
 
     def decode(self, z: Tensor, flag: float | Tensor) -> Tensor:
-        img = z.reshape(z.shape[0], *self.image_shape)
-        cond = as_cond(flag, z.shape[0], z)
-        if self.memory_saving:
-            return memsave.inverse(self.net, img, cond)
-        return self.net.inverse(img, cond)
+        """Images ``G^-1(z, flag)`` of latents ``[B, D]``."""
+        return self.decode_at(z, flag)
+
+    def generator(
+        self,
+        steps: int = 100,
+        method: str = "euler",
+        final: str = "skip",
+        *,
+        dtype: torch.dtype | None = None,
+    ) -> Linearizer:
+        """The one-step generator ``f = g_data^-1(B g_noise(.))`` as a :class:`Linearizer`.
+
+        ``B`` is the collapsed sampler (:meth:`one_step_matrix`, computed in float64 and cached),
+        held in ``dtype`` (default: the model's), so ``f(x0)`` is :meth:`sample` and
+        ``f.svd(k)`` / ``f.pinv(x1)`` are its induced SVD and inverse. Cached per setting until
+        the operator's weights change.
+        """
+        dtype = dtype or next(self.parameters()).dtype
+        key = ("generator", steps, method, final, dtype)
+        version = _weights_version(self.op)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        b = self.one_step_matrix(steps=steps, method=method, final=final, dtype=torch.float64)
+        f = self.linearizer_of(Dense(b.to(dtype), trainable=False), NOISE, DATA)
+        self._cache[key] = (version, f)
+        return f
 
     # --- sampling ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -158,11 +175,6 @@ class OneStepFlow(nn.Module):
         z1 = self.encode(x1, DATA)
         z0 = factored.solve_rows(b, z1)
         return self.decode(z0.to(z1.dtype), NOISE)
-
-
-def _view(net: nn.Module, flag: float) -> Conditioned:
-    # A fresh view each time: registering views as submodules would duplicate the state dict.
-    return Conditioned(net, flag)
 
 
 def _weights_version(module: nn.Module) -> tuple:

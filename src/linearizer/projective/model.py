@@ -50,22 +50,22 @@ True
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
 from ..algebra import Linearizer
-from ..checks import check_image_batch
 from ..errors import LinearizerError
-from ..invertible.base import Conditioned, as_cond
+from ..image_model import ImageModel
 from ..operators.base import LinearOperator
 
 
-class ProjectiveModel(nn.Module):
+class ProjectiveModel(ImageModel):
     """``f(x) = g^-1(A g(x))``: ``net`` an invertible network on images ``image_shape``, ``A`` an
     exact projector on the flattened latent. ``flag`` is the constant conditioning value handed
     to ``net`` (``None`` for unconditioned networks); the same for every input, so ``g_x = g_y``.
+
+    :attr:`generator` is this map as a :class:`Linearizer` (``model.generator.svd(k)``,
+    ``.pinv(y)``, ``.project(x)``).
     """
 
     def __init__(
@@ -75,24 +75,22 @@ class ProjectiveModel(nn.Module):
         image_shape: tuple[int, ...],
         flag: float | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(net, image_shape)
         if not getattr(A, "idempotent", False):
             raise LinearizerError(
                 f"the projective model needs an exact projector, got {type(A).__name__}"
             )
-        self.image_shape = tuple(int(s) for s in image_shape)
-        self.dim = math.prod(self.image_shape)
         if A.in_features != self.dim:
             raise LinearizerError(
                 f"projector acts on {A.in_features} values but images {self.image_shape} "
                 f"flatten to {self.dim}"
             )
-        self.net = net
         self.A = A
         self.flag = flag
         # The projector's range starts at the data's top-k latent directions (set by the
         # first training batch, like ActNorm); saved, so a reloaded model never re-starts.
         self.register_buffer("basis_initialized", torch.zeros((), dtype=torch.uint8))
+        self._generator: list[Linearizer] = []  # one cached instance (not a submodule)
 
     @property
     def rank(self) -> int:
@@ -102,21 +100,32 @@ class ProjectiveModel(nn.Module):
     @property
     def g(self) -> nn.Module:
         """The one invertible network, seen at its fixed flag (both ``g_x`` and ``g_y``)."""
-        return self.net if self.flag is None else Conditioned(self.net, self.flag)
+        return self.side(self.flag)
+
+    @property
+    def generator(self) -> Linearizer:
+        """``f = g^-1(A g(.))`` as a :class:`Linearizer` (``g_x = g_y``): its SVD,
+        pseudo-inverse, projections and powers. One instance, so its caches persist."""
+        if not self._generator:
+            self._generator.append(self.linearizer_of(self.A, self.flag, self.flag))
+        return self._generator[0]
+
+    def as_linearizer(self) -> Linearizer:
+        """Alias of :attr:`generator`."""
+        return self.generator
 
     def check_images(self, x: Tensor, what: str = "inputs") -> None:
-        check_image_batch(x, self.image_shape, what)
+        super().check_images(x, what)
 
     # --- latent side ------------------------------------------------------------------------
     def encode(self, x: Tensor) -> Tensor:
         """``g(x)`` flattened to ``[B, D]``."""
         self.check_images(x)
-        return self.net(x, as_cond(self.flag, x.shape[0], x)).reshape(x.shape[0], self.dim)
+        return self.encode_at(x, self.flag)
 
     def decode(self, w: Tensor) -> Tensor:
         """``g^-1(w)`` for latents ``[B, D]``, as images."""
-        z = w.reshape(w.shape[0], *self.image_shape)
-        return self.net.inverse(z, as_cond(self.flag, w.shape[0], w))
+        return self.decode_at(w, self.flag)
 
     def basis(self) -> Tensor:
         """``[D, k]`` basis of ``range A`` in which :meth:`coords` are expressed."""
@@ -141,12 +150,6 @@ class ProjectiveModel(nn.Module):
     def generate(self, z: Tensor) -> Tensor:
         """One-pass generation: ``f`` of source noise ``z``."""
         return self.forward(z)
-
-    def as_linearizer(self) -> Linearizer:
-        """The same map as a :class:`Linearizer` (``g_x = g_y``), for its SVD and algebra."""
-        return Linearizer(
-            self.g, self.A, y_latent_shape=self.image_shape, x_latent_shape=self.image_shape
-        )
 
     @torch.no_grad()
     def init_basis_(self, w: Tensor) -> None:

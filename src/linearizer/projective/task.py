@@ -40,6 +40,7 @@ def build_model(cfg: ProjectiveConfig, channels: int | None = None) -> nn.Module
     dim = channels * size * size
     cls = OrthogonalProjector if cfg.projector == "orthogonal" else ObliqueProjector
     model = ProjectiveModel(net, cls(dim, cfg.rank), shape, flag)
+    model.memory_saving = cfg.network.memory_saving
     if not cfg.pca_init:
         model.basis_initialized.fill_(1)
     return model

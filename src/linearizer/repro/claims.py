@@ -17,7 +17,6 @@ import torch
 from torch import Tensor
 
 from ..algebra import Linearizer
-from ..invertible.base import Conditioned
 from ..metrics import (
     classifier_stats,
     fid_from_features,
@@ -45,12 +44,11 @@ PRECISIONS = ("float64", "float32")
 
 
 def generator(model, b: Tensor) -> Linearizer:
-    """The one-step generator ``L(g_noise, B, g_data)`` of ``model`` (B cast to its dtype)."""
+    """The one-step generator ``L(g_noise, B, g_data)`` of ``model`` over a given ``B`` (the
+    float64 model's, cast to ``model``'s dtype: float32 networks with the exact B)."""
     dtype = next(model.parameters()).dtype
-    return Linearizer(
-        Conditioned(model.net, NOISE), Dense(b.to(dtype), trainable=False),
-        Conditioned(model.net, DATA), check_finite=False,
-    )  # fmt: skip
+    op = Dense(b.to(dtype), trainable=False)
+    return model.linearizer_of(op, NOISE, DATA, check_finite=False)
 
 
 # --- linearity ------------------------------------------------------------------------------------
@@ -429,9 +427,8 @@ def _composition_error(ctx: Context, precision: str, k: int) -> float:
     b64 = ctx.B(ctx.opts.steps, "euler", "float64")
     u = torch.linalg.svd(b64)[0][:, :k]
     f1 = generator(model, b64)
-    g_data = f1.g_y
-    f2 = Linearizer(g_data, Dense((u @ u.T).to(dtype), trainable=False), g_data,
-                    check_finite=False)  # fmt: skip
+    projector = Dense((u @ u.T).to(dtype), trainable=False)
+    f2 = model.linearizer_of(projector, DATA, DATA, check_finite=False)  # on g_data's space
     both = f2.compose(f1)
     x = ctx.noise(ctx.opts.n, stream=50).to(ctx.device, dtype)
     return max_rel_err(f2(f1(x)), both(x))

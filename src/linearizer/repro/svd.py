@@ -64,19 +64,11 @@ def induced_svd(
     seed: int = 0,
 ) -> GeneratorSVD:
     """SVD of ``model``'s one-step matrix (float64) and its top-``k`` directions as images."""
-    from ..algebra import Linearizer
-    from ..invertible.base import Conditioned
-    from ..operators.dense import Dense
-
     if not 1 <= k <= model.dim:
         raise LinearizerError(f"k must be in 1..{model.dim}, got {k}")
     param = next(model.parameters())
     b = model.one_step_matrix(steps=steps, method=method, dtype=F64)
-    shape = model.image_shape  # the network's latent has the image's shape
-    f = Linearizer(Conditioned(model.net, NOISE), Dense(b, trainable=False),
-                   Conditioned(model.net, DATA), shape, x_latent_shape=shape,
-                   check_finite=False)  # fmt: skip
-    svd = f.svd(k)
+    svd = model.generator(steps, method, dtype=F64).svd(k)
     sigma = torch.linalg.svdvals(b)
     gen = torch.Generator().manual_seed(seed)
     x0 = torch.randn(n_scale, *model.image_shape, generator=gen).to(param)

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 from ..algebra import InducedSpace, Linearizer
 from ..errors import LinearizerError
+from ..image_model import ImageModel
 from ..operators.base import LinearOperator
 from ..operators.conv import apply_depthwise
 from ..operators.lora import SinusoidalEmbedding
@@ -154,14 +155,16 @@ class WeightedStyleOperator(LinearOperator):
 # ----------------------------------------------------------------------------- models
 
 
-class StyleModel(nn.Module):
+class StyleModel(ImageModel):
     """Shared parts of :class:`StyleBank` and :class:`IndexStyleNet`: ``g``, flags, latent layout.
 
-    ``g``: an invertible network ``g(x, cond)`` on ``[B, channels, H, W]`` images.
+    ``g``: an invertible network ``g(x, cond)`` on ``[B, channels, H, W]`` images (any H, W).
     ``x_flag``/``y_flag``: the conditioning flags of the two sides (equal: ``g_x = g_y``, so the
     identity operator is the identity map and style strength interpolates from the content).
     ``latent_squeeze``: operate on the 2x2-squeezed latent (``4 * channels`` channels).
     """
+
+    NET_ATTR = "g"
 
     def __init__(
         self,
@@ -174,7 +177,7 @@ class StyleModel(nn.Module):
         x_flag: float = 1.0,
         y_flag: float = 1.0,
     ) -> None:
-        super().__init__()
+        super().__init__(g, None, channels=channels)
         styles = [str(s) for s in styles]
         if not styles or len(set(styles)) != len(styles):
             raise LinearizerError(f"a style model needs distinct style names, got {styles}")
@@ -182,9 +185,7 @@ class StyleModel(nn.Module):
             raise LinearizerError(f"operator must be one of {OPERATORS}, got {operator!r}")
         if kernel_size < 1:
             raise LinearizerError(f"kernel_size must be >= 1, got {kernel_size}")
-        self.g = g
         self.styles = styles
-        self.channels = channels
         self.operator_kind = operator
         self.kernel_size = kernel_size
         self.latent_squeeze = bool(latent_squeeze)
@@ -192,10 +193,13 @@ class StyleModel(nn.Module):
         self.x_flag, self.y_flag = float(x_flag), float(y_flag)
 
     # -- sides -------------------------------------------------------------------------------
+    def side(self, flag: float | None) -> LatentView:
+        """``g`` at ``flag`` as an invertible module on (optionally squeezed) latents."""
+        return LatentView(self.g, flag, self.latent_squeeze)
+
     def view(self, side: str) -> LatentView:
         """``g_x`` (``side='x'``) or ``g_y`` as an invertible module on latents."""
-        flag = self.x_flag if side == "x" else self.y_flag
-        return LatentView(self.g, flag, self.latent_squeeze)
+        return self.side(self.x_flag if side == "x" else self.y_flag)
 
     @property
     def same_sides(self) -> bool:
@@ -207,10 +211,7 @@ class StyleModel(nn.Module):
         return InducedSpace(self.view("y"))
 
     def encode(self, x: Tensor) -> Tensor:
-        if x.dim() != 4 or x.shape[1] != self.channels:
-            raise LinearizerError(
-                f"expected images [B, {self.channels}, H, W], got {list(x.shape)}"
-            )
+        self.check_images(x)
         if self.latent_squeeze and (x.shape[2] % 4 or x.shape[3] % 4):
             raise LinearizerError(f"latent_squeeze needs H and W divisible by 4, got {x.shape}")
         return self.view("x")(x)
@@ -383,9 +384,7 @@ class StyleBank(StyleModel):
         if isinstance(weights, str):
             weights = {weights: 1.0}
         op = self.operator(weights, identity, image_size)
-        gx = self.view("x")
-        gy = gx if self.same_sides else self.view("y")
-        return Linearizer(gx, op, gy, op.latent_shape, x_latent_shape=op.latent_shape)
+        return self.linearizer_of(op, self.x_flag, self.y_flag, latent_shape=op.latent_shape)
 
 
 class IndexStyleNet(StyleModel):

@@ -71,6 +71,8 @@ class StyleConfig(TrainConfig):
         size = self.network.img_size
         if size < 8 or size % 4:
             raise LinearizerError(f"img_size must be a multiple of 4 and >= 8, got {size}")
+        if self.network.memory_saving:
+            raise LinearizerError("config key 'network.memory_saving' is not supported by styles")
         for name in ("kernel_size", "index_hidden", "index_depth"):
             if getattr(self, name) < 1:
                 raise LinearizerError(f"config key '{name}' must be >= 1")
