@@ -21,6 +21,7 @@ def build_flow(cfg: FlowConfig, channels: int = 1) -> OneStepFlow:
         depth=cfg.lora_depth,
         activation=cfg.lora_activation,
         v_scale=cfg.v_scale,
+        basis=cfg.lora_basis,
     )
     model = OneStepFlow(net, op, (channels, size, size))
     model.memory_saving = cfg.network.memory_saving

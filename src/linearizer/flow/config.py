@@ -38,8 +38,14 @@ class FlowConfig(TrainConfig):
     lora_activation: Literal["gelu", "silu"] = option("silu", "hypernetwork activation")
     v_scale: float = option(0.03125, "scale on V(t) (1/sqrt(D) keeps A near unit gain at init)")
     noise_level: float = option(0.3, "latent noise of the two reconstruction terms (authors: 0.3)")
-    perceptual: Literal["auto", "lpips", "mse", "l1"] = option(
+    lora_basis: int = option(
+        0, "A(t)'s factors as a t-dependent mix of this many learned matrices (0: plain heads)"
+    )
+    perceptual: Literal["auto", "lpips", "mse", "l1", "ssim", "grad"] = option(
         "mse", "distance of the x1 reconstruction terms: LPIPS (needs piq) or a stand-in"
+    )
+    time_sampling: Literal["uniform", "logit-normal"] = option(
+        "uniform", "distribution of t in the loss (authors: uniform)"
     )
     sample_steps: int = option(100, "T of the sampler used for grids during training")
     sample_method: Literal["euler", "rk4", "rk4-authors"] = option(
@@ -55,6 +61,8 @@ class FlowConfig(TrainConfig):
         for name in ("rank", "lora_hidden", "lora_depth", "sample_steps"):
             if getattr(self, name) < 1:
                 raise LinearizerError(f"config key '{name}' must be >= 1")
+        if self.lora_basis < 0:
+            raise LinearizerError(f"config key 'lora_basis' must be >= 0, got {self.lora_basis}")
 
 
 SMOKE = FlowConfig(

@@ -9,9 +9,18 @@ Per batch of data ``x1`` and noise ``x0``, with ``t ~ U[0, 1)`` and latent noise
   the three inverses run as one call as well.
 
 ``D`` is LPIPS in the paper. LPIPS needs torchvision and downloaded VGG/AlexNet weights, so it is
-used only when ``piq`` is importable (``perceptual="lpips"`` or ``"auto"``); otherwise the stand-in
-is a plain pixel MSE (``"mse"``, the same stand-in the reference fixture's golden loss uses) or
-L1 (``"l1"``). The run's config records which one ran.
+used only when ``piq`` is importable (``perceptual="lpips"`` or ``"auto"``); otherwise a stand-in
+that needs no network (and never the LeNet behind FID (LeNet)):
+
+* ``"mse"``: pixel MSE (the stand-in the reference fixture's golden loss uses);
+* ``"l1"``: pixel L1;
+* ``"ssim"``: ``0.84 (1 - SSIM) + 0.16 L1`` (Zhao et al. 2017's mix; SSIM with the usual 11x11
+  Gaussian window, sigma 1.5, on images of at least 11x11);
+* ``"grad"``: pixel MSE plus the MSE of the horizontal and vertical differences (an edge loss:
+  it penalises the high-frequency speckle that pixel MSE weighs lightly).
+
+The run's config records which one ran. Times ``t`` are uniform on [0, 1) (the authors) or
+logit-normal (``sigmoid(N(0, 1))``, more weight on the middle of the path).
 """
 
 from __future__ import annotations
@@ -26,7 +35,8 @@ from ..errors import LinearizerError
 from .model import DATA, NOISE, OneStepFlow
 
 Distance = Callable[[Tensor, Tensor], Tensor]
-PERCEPTUAL = ("auto", "lpips", "mse", "l1")
+PERCEPTUAL = ("auto", "lpips", "mse", "l1", "ssim", "grad")
+TIME_SAMPLING = ("uniform", "logit-normal")
 
 
 def resolve_perceptual(kind: str) -> str:
@@ -52,6 +62,10 @@ def make_distance(kind: str) -> Distance:
         return F.mse_loss
     if kind == "l1":
         return F.l1_loss
+    if kind == "ssim":
+        return ssim_l1_loss
+    if kind == "grad":
+        return gradient_loss
     import piq
 
     lpips = piq.LPIPS(replace_pooling=True, reduction="none")
@@ -61,6 +75,59 @@ def make_distance(kind: str) -> Distance:
         return lpips(rgb(x.clamp(0, 1)), rgb(y.clamp(0, 1))).mean()
 
     return distance
+
+
+def _ssim_window(x: Tensor, size: int = 11, sigma: float = 1.5) -> Tensor:
+    r = torch.arange(size, dtype=x.dtype, device=x.device) - (size - 1) / 2
+    w = torch.exp(-(r**2) / (2 * sigma**2))
+    return w / w.sum()
+
+
+def ssim_value(x: Tensor, y: Tensor, data_range: float = 1.0) -> Tensor:
+    """Mean SSIM of two batches ``[B, C, H, W]`` (differentiable; valid window positions).
+
+    Same definition as :func:`linearizer.metrics.ssim` (Wang et al. 2004; K1 = 0.01, K2 = 0.03)
+    but in the inputs' dtype and with autograd, for use in a loss.
+    """
+    w = _ssim_window(x)
+    c, k = x.shape[1], len(w)
+    if min(x.shape[-2:]) < k:
+        raise LinearizerError(f"the ssim distance needs images of at least {k}x{k}")
+    wx, wy = w.view(1, 1, 1, k).expand(c, 1, 1, k), w.view(1, 1, k, 1).expand(c, 1, k, 1)
+
+    def blur(v: Tensor) -> Tensor:
+        return F.conv2d(F.conv2d(v, wx, groups=c), wy, groups=c)
+
+    mu_x, mu_y = blur(x), blur(y)
+    var_x = blur(x * x) - mu_x**2
+    var_y = blur(y * y) - mu_y**2
+    cov = blur(x * y) - mu_x * mu_y
+    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
+    num = (2 * mu_x * mu_y + c1) * (2 * cov + c2)
+    den = (mu_x**2 + mu_y**2 + c1) * (var_x + var_y + c2)
+    return (num / den).mean()
+
+
+def ssim_l1_loss(x: Tensor, y: Tensor) -> Tensor:
+    """``0.84 (1 - SSIM) + 0.16 L1`` (Zhao, Gallo, Frosio and Kautz 2017)."""
+    return 0.84 * (1 - ssim_value(x, y)) + 0.16 * F.l1_loss(x, y)
+
+
+def gradient_loss(x: Tensor, y: Tensor) -> Tensor:
+    """Pixel MSE plus the MSE of the horizontal and vertical finite differences."""
+    d = x - y
+    dh = d[..., :, 1:] - d[..., :, :-1]
+    dv = d[..., 1:, :] - d[..., :-1, :]
+    return d.square().mean() + dh.square().mean() + dv.square().mean()
+
+
+def draw_times(kind: str, rand: Callable[[], Tensor], randn: Callable[[], Tensor]) -> Tensor:
+    """Times in [0, 1): ``rand()`` as is (uniform) or ``sigmoid(randn())`` (logit-normal)."""
+    if kind == "uniform":
+        return rand()
+    if kind == "logit-normal":
+        return torch.sigmoid(randn())
+    raise LinearizerError(f"unknown time sampling {kind!r}; choose one of {TIME_SAMPLING}")
 
 
 def draw_noise(x1: Tensor, gen: torch.Generator | None) -> dict[str, Tensor]:

@@ -15,7 +15,7 @@ from ..training.trainer import StepRandom
 from .build import build_flow
 from .config import FlowConfig
 from .model import OneStepFlow
-from .objective import draw_noise, flow_loss, make_distance, resolve_perceptual
+from .objective import draw_noise, draw_times, flow_loss, make_distance, resolve_perceptual
 
 
 def load_images(cfg: FlowConfig, split: str = "train") -> tuple[Tensor, Tensor]:
@@ -47,8 +47,10 @@ class FlowTask:
     def loss(self, model: nn.Module, batch: dict[str, Tensor], rng: StepRandom):
         x1 = batch["x1"]
         shape = x1.shape[1:]
+        times = draw_times(self.cfg.time_sampling, lambda: rng.rand(like=x1),
+                           lambda: rng.randn(like=x1))  # fmt: skip
         draws = {
-            "t": rng.rand(like=x1),
+            "t": times,
             "x0": rng.randn(*shape, like=x1),
             "n0": rng.randn(*shape, like=x1),
             "n1": rng.randn(*shape, like=x1),

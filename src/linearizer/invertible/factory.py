@@ -33,6 +33,9 @@ class NetworkConfig(Config):
         "soft", "soft: c*tanh(l/c); hard: clip (the paper network always clips)"
     )
     dropout: float = option(0.0, "conditioner dropout (masks shared with the inverse pass)")
+    flag_actnorm: bool = option(
+        False, "cpu network: one ActNorm bias/scale pair per flag (noise 0, data 1)"
+    )
     memory_saving: bool = option(
         False, "recompute g's activations from its exact inverse in backprop (less memory)"
     )
@@ -79,5 +82,6 @@ def build_network(
     return cpu_network(
         in_channels=channels, num_blocks=cfg.blocks, hidden=cfg.hidden,
         clamp_mode=cfg.clamp_mode, clamp=cfg.clamp, dropout=cfg.dropout,
+        flag_norm=cfg.flag_actnorm and conditioned,
         **({} if conditioned else {"cond_dim": 0}),
     )  # fmt: skip

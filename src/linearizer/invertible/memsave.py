@@ -42,7 +42,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .actnorm import ActNorm
+from .actnorm import ActNorm, FlagActNorm
 from .base import as_cond
 from .coupling import AffineCoupling
 from .network import CouplingBlock, InvertibleNetwork
@@ -85,7 +85,7 @@ def _needs_plain_path(chain: Sequence[nn.Module], x: Tensor, cond) -> bool:
         return True
     for piece in chain:
         for m in piece.modules():
-            if isinstance(m, ActNorm) and m.training and not bool(m.initialized):
+            if isinstance(m, (ActNorm, FlagActNorm)) and m.training and not bool(m.initialized):
                 return True
     wants_grad = x.requires_grad or any(p.requires_grad for c in chain for p in c.parameters())
     return not wants_grad

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from torch import Tensor, nn
 
 from ..errors import LinearizerError
-from .actnorm import ActNorm, check_images
+from .actnorm import ActNorm, FlagActNorm, check_images
 from .base import InvertibleModule, as_cond
 from .cnn import SmallCNN
 from .conv1x1 import InvConv1x1
@@ -25,6 +25,7 @@ MakeConditioner = Callable[[int, int], nn.Module]
 class CouplingBlock(InvertibleModule):
     """ActNorm -> coupling ``F`` (first half given second) -> coupling ``G`` (second half given
     the new first half) -> 1x1 mix. Attribute names match the authors' state-dict keys.
+    ``flag_norm``: a :class:`FlagActNorm` (one bias/scale pair per flag) instead of ActNorm.
 
     >>> import torch
     >>> block = CouplingBlock(4, lambda i, o: SmallCNN(i, o, hidden=8))
@@ -39,22 +40,24 @@ class CouplingBlock(InvertibleModule):
         make_conditioner: MakeConditioner,
         clamp: float = 5.0,
         clamp_mode: str = "soft",
+        flag_norm: bool = False,
     ) -> None:
         super().__init__()
         if channels < 2:
             raise LinearizerError(f"CouplingBlock needs at least 2 channels, got {channels}")
         first = channels // 2
         second = channels - first
-        self.actnorm = ActNorm(channels)
+        self.actnorm = FlagActNorm(channels) if flag_norm else ActNorm(channels)
         self.F = AffineCoupling(make_conditioner(second, 2 * first), "first", clamp, clamp_mode)
         self.G = AffineCoupling(make_conditioner(first, 2 * second), "second", clamp, clamp_mode)
         self.mix = InvConv1x1(channels)
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
-        return self.mix(self.G(self.F(self.actnorm(x), cond), cond))
+        return self.mix(self.G(self.F(self.actnorm(x, cond), cond), cond))
 
     def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
-        return self.actnorm.inverse(self.F.inverse(self.G.inverse(self.mix.inverse(z), cond), cond))
+        z = self.F.inverse(self.G.inverse(self.mix.inverse(z), cond), cond)
+        return self.actnorm.inverse(z, cond)
 
 
 class InvertibleNetwork(InvertibleModule):
@@ -80,6 +83,7 @@ class InvertibleNetwork(InvertibleModule):
         squeeze: bool | None = None,
         clamp: float = 5.0,
         clamp_mode: str = "soft",
+        flag_norm: bool = False,
     ) -> None:
         super().__init__()
         if in_channels < 1 or num_blocks < 1:
@@ -94,7 +98,8 @@ class InvertibleNetwork(InvertibleModule):
         self.in_channels = in_channels
         self.squeeze = Squeeze() if squeeze else None
         self.blocks = nn.ModuleList(
-            CouplingBlock(width, make_conditioner, clamp, clamp_mode) for _ in range(num_blocks)
+            CouplingBlock(width, make_conditioner, clamp, clamp_mode, flag_norm)
+            for _ in range(num_blocks)
         )
 
     def _prepare(self, x: Tensor, cond: float | Tensor | None) -> Tensor | None:
@@ -134,6 +139,7 @@ def cpu_network(
     clamp: float = 2.0,
     cond_dim: int = 4,
     dropout: float = 0.0,
+    flag_norm: bool = False,
 ) -> InvertibleNetwork:
     """The network of the CPU presets: :class:`SmallCNN` conditioners, zero-initialised.
 
@@ -150,7 +156,8 @@ def cpu_network(
     def make(c_in: int, c_out: int) -> nn.Module:
         return SmallCNN(c_in, c_out, hidden=hidden, cond_dim=cond_dim, dropout=dropout)
 
-    return InvertibleNetwork(in_channels, num_blocks, make, clamp=clamp, clamp_mode=clamp_mode)
+    return InvertibleNetwork(in_channels, num_blocks, make, clamp=clamp, clamp_mode=clamp_mode,
+                             flag_norm=flag_norm)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

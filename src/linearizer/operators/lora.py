@@ -54,9 +54,14 @@ class SinusoidalEmbedding(nn.Module):
 
 
 def hypernetwork(
-    emb_dim: int, hidden: int, depth: int, out: int, activation: str, emb: str
+    emb_dim: int, hidden: int, depth: int, out: int, activation: str, emb: str, basis: int = 0
 ) -> nn.Sequential:
-    """Embedding at index 0, then Linear/activation pairs; the Linear layers sit at odd indices."""
+    """Embedding at index 0, then Linear/activation pairs; the Linear layers sit at odd indices.
+
+    ``basis > 0`` ends with ``Linear(hidden, basis)`` and ``Linear(basis, out)``: the output is a
+    learned mix of ``basis`` fixed matrices (plus a bias matrix) with weights that depend on t,
+    so the big last layer has ``basis`` instead of ``hidden`` inputs (cheaper, affords larger r).
+    """
     if emb != "sinusoidal":
         raise LinearizerError(f"unknown time embedding {emb!r}; available: 'sinusoidal'")
     if activation not in _ACTIVATIONS:
@@ -67,7 +72,10 @@ def hypernetwork(
     layers: list[nn.Module] = [SinusoidalEmbedding(emb_dim), nn.Linear(emb_dim, hidden), act()]
     for _ in range(depth - 1):
         layers += [nn.Linear(hidden, hidden), act()]
-    layers.append(nn.Linear(hidden, out))
+    if basis > 0:
+        layers += [nn.Linear(hidden, basis), nn.Linear(basis, out)]
+    else:
+        layers.append(nn.Linear(hidden, out))
     return nn.Sequential(*layers)
 
 
@@ -92,15 +100,20 @@ class TimeLoRA(LinearOperator):
         activation: str = "gelu",
         emb: str = "sinusoidal",
         v_scale: float = 1.0,
+        basis: int = 0,
     ) -> None:
         super().__init__()
-        if features < 1 or rank < 1:
-            raise LinearizerError(f"TimeLoRA needs features, rank >= 1, got {features}, {rank}")
+        if features < 1 or rank < 1 or basis < 0:
+            raise LinearizerError(
+                f"TimeLoRA needs features, rank >= 1 and basis >= 0, got {features}, {rank}, "
+                f"{basis}"
+            )
         self.in_features = self.out_features = features
         self.rank = rank
         self.v_scale = float(v_scale)
-        self.u_net = hypernetwork(emb_dim, hidden, depth, features * rank, activation, emb)
-        self.v_net = hypernetwork(emb_dim, hidden, depth, features * rank, activation, emb)
+        out = features * rank
+        self.u_net = hypernetwork(emb_dim, hidden, depth, out, activation, emb, basis)
+        self.v_net = hypernetwork(emb_dim, hidden, depth, out, activation, emb, basis)
 
     def _times(self, t: float | Tensor | None) -> tuple[Tensor, bool]:
         """``t`` as a 1-D tensor in the hypernetwork's dtype, and whether it is per-sample."""
