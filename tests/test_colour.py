@@ -187,3 +187,50 @@ def test_converted_rgb_release_reproduces_the_authors_samples(tmp_path, capsys):
         # Their float32 against our float64: relative to the outputs' scale (README: 1e-5).
         scale = np.abs(theirs).max()
         assert np.abs(ours - theirs).max() <= 1e-5 * scale, key
+
+
+@pytest.fixture(scope="module")
+def rgb_runs(tmp_path_factory):
+    """Smoke-size flow, projective and IGN runs on coloured strokes."""
+    from linearizer.flow.task import FlowTask
+    from linearizer.projective.task import ProjectiveTask
+    from linearizer.training.config import resolve
+    from linearizer.training.trainer import train
+
+    root = tmp_path_factory.mktemp("rgb")
+    settings = ["dataset=synthetic-rgb", "max_steps=3", "progress=false"]
+    train(FlowTask(), resolve("flow", "smoke", settings), root / "flow")
+    for preset in ("smoke", "smoke-ign"):
+        train(ProjectiveTask(), resolve("projective", preset, settings), root / preset)
+    return root
+
+
+def test_flow_trains_samples_and_inverts_in_colour(rgb_runs):
+    from linearizer.flow.inversion import round_trip
+    from linearizer.training.runs import load_run
+
+    run = load_run(rgb_runs / "flow")
+    model = run.model
+    assert model.image_shape == (3, 8, 8) and run.config.data.channels == 3
+    x0 = torch.randn(4, 3, 8, 8)
+    assert model.sample(x0, steps=10).shape == (4, 3, 8, 8)
+    x1 = torch.rand(2, 3, 8, 8, dtype=torch.float64)
+    model = model.double()
+    with torch.no_grad():
+        _, back = round_trip(model, x1, model.one_step_operator(steps=10, form="factored"))
+    scale = float(x1.abs().max())
+    assert float((back - x1).abs().max()) <= 1e6 * torch.finfo(torch.float64).eps * scale
+
+
+@pytest.mark.parametrize("preset", ["smoke", "smoke-ign"])
+def test_projective_runs_project_colour_images(rgb_runs, preset, tmp_path):
+    from linearizer.training.runs import load_run
+
+    run = load_run(rgb_runs / preset)
+    assert run.config.data.channels == 3
+    out = tmp_path / "out"
+    assert main(["project", str(rgb_runs / preset), "--input", "noise", "--n", "3",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert (out / "strip_noise.png").is_file()
+    with Image.open(out / "strip_noise.png") as img:
+        assert img.mode == "RGB"

@@ -60,7 +60,7 @@ def _inputs(args: argparse.Namespace, cfg) -> tuple[dict[str, torch.Tensor], tor
         return {f"corrupt_{c}": corrupt(test, c, args.seed) for c in CORRUPTIONS}, test
     path = Path(args.input)
     size = cfg.network.img_size
-    return {path.stem: _file_images(path, (1, size, size))[:n]}, None
+    return {path.stem: _file_images(path, (cfg.data.channels, size, size))[:n]}, None
 
 
 def _save_svd(model, out: Path) -> None:

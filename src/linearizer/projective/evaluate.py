@@ -44,10 +44,10 @@ BATCH = 500
 
 def ood_images(cfg: ProjectiveConfig, n: int, seed: int = 0) -> Tensor:
     """Out-of-distribution inputs: Fashion-MNIST for MNIST models (and the reverse); uniform
-    noise images for synthetic data (no download)."""
+    noise images for every other dataset (no download)."""
     size = cfg.network.img_size
-    if cfg.data.dataset == "synthetic":
-        shape = (1, size, size)
+    if cfg.data.dataset not in ("mnist", "fashion-mnist"):
+        shape = (cfg.data.channels, size, size)
         return torch.rand(n, *shape, generator=torch.Generator().manual_seed(seed + 3))
     other = "fashion-mnist" if cfg.data.dataset == "mnist" else "mnist"
     return load_dataset(other, "test", None, size)[0][:n]
@@ -56,7 +56,8 @@ def ood_images(cfg: ProjectiveConfig, n: int, seed: int = 0) -> Tensor:
 def source_noise(cfg: ProjectiveConfig, n: int, seed: int = 0, scale: float = 1.0) -> Tensor:
     gen = torch.Generator().manual_seed(seed + 1)
     size = cfg.network.img_size
-    return scale * cfg.noise_std * torch.randn(n, 1, size, size, generator=gen)
+    shape = (n, cfg.data.channels, size, size)
+    return scale * cfg.noise_std * torch.randn(shape, generator=gen)
 
 
 def input_families(cfg: ProjectiveConfig, n: int, seed: int = 0) -> dict[str, Tensor]:
