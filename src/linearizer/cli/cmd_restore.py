@@ -94,7 +94,7 @@ def _file(path: Path, shape: tuple[int, ...]) -> torch.Tensor:
         raise LinearizerError(f"cannot read {path} as a .npy array: {e}") from None
     if not np.issubdtype(array.dtype, np.number):
         raise LinearizerError(f"{path} holds {array.dtype} values, not numbers")
-    if array.ndim == len(shape) - 1:
+    if array.ndim == len(shape) and shape[0] == 1:  # [N, H, W]: one channel
         array = array[:, None]
     if tuple(array.shape[1:]) != tuple(shape) or len(array) == 0:
         want = ", ".join(map(str, shape))

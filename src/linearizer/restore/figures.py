@@ -41,7 +41,7 @@ def _row(images: Tensor, pad: int = 1) -> np.ndarray:
 def save_strip_figure(rows: dict[str, Tensor], path: str | Path, title: str = "") -> Path:
     """One labelled row per entry of ``rows`` (e.g. truth, observed, each method)."""
     fig = _figure(7.5, 0.85 * len(rows) + 0.3)
-    axes = fig.subplots(len(rows), 1, squeeze=False)[:, 0]
+    axes = fig.subplots(len(rows), 1, squeeze=False, gridspec_kw={"hspace": 0.08})[:, 0]
     for ax, (label, images) in zip(axes, rows.items(), strict=True):
         ax.imshow(_row(images), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
         ax.set_xticks([])
