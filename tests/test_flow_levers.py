@@ -80,3 +80,20 @@ def test_time_sampling():
     assert torch.equal(draw_times("logit-normal", lambda: u, lambda: z), torch.full((4,), 0.5))
     with pytest.raises(LinearizerError, match="time sampling"):
         draw_times("beta", lambda: u, lambda: z)
+
+
+def test_time_clock_decays_with_the_budget_or_the_steps_whichever_is_further():
+    from linearizer.training.config import TrainConfig
+    from linearizer.training.trainer import lr_at
+
+    cfg = TrainConfig(lr=1.0, schedule="linear", min_lr_ratio=0.0, warmup_steps=10,
+                      max_steps=1000, max_minutes=2.0, lr_clock="time")  # fmt: skip
+    assert lr_at(cfg, 5, elapsed_s=100.0) == pytest.approx(0.6)  # warm-up ignores the clock
+    assert lr_at(cfg, 10, elapsed_s=30.0) == pytest.approx(0.75)  # a quarter of 120 s
+    assert lr_at(cfg, 10, elapsed_s=500.0) == 0.0
+    assert lr_at(cfg, 505, elapsed_s=0.0) == pytest.approx(0.5)  # steps further along
+    steps = TrainConfig(lr=1.0, schedule="linear", warmup_steps=10, max_steps=1000,
+                        max_minutes=2.0)  # fmt: skip
+    assert lr_at(steps, 10, elapsed_s=500.0) == 1.0
+    with pytest.raises(LinearizerError, match="max_minutes"):
+        TrainConfig(lr_clock="time")

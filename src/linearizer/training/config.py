@@ -148,6 +148,9 @@ class TrainConfig(Config):
     schedule: Literal["constant", "cosine", "linear"] = option(
         "constant", "learning-rate decay after warm-up, reaching min_lr_ratio*lr at max_steps"
     )
+    lr_clock: Literal["steps", "time"] = option(
+        "steps", "what drives the decay: steps (of max_steps) or wall time (of max_minutes)"
+    )
     warmup_steps: int = option(0, "linear learning-rate warm-up steps")
     min_lr_ratio: float = option(0.0, "final learning rate of a decaying schedule, relative to lr")
     grad_clip: float = option(0.0, "clip the global gradient norm to this (0 = no clipping)")
@@ -184,6 +187,8 @@ class TrainConfig(Config):
         for name, value in non_negative.items():
             if not value >= 0:
                 raise LinearizerError(f"config key '{name}' must be >= 0, got {value}")
+        if self.lr_clock == "time" and self.max_minutes <= 0:
+            raise LinearizerError("lr_clock=time needs a wall-clock budget (max_minutes > 0)")
         if not 0.0 <= self.ema_decay < 1.0:
             raise LinearizerError(f"config key 'ema_decay' must be in [0, 1), got {self.ema_decay}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:

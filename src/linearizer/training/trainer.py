@@ -229,13 +229,21 @@ class _LossModule(nn.Module):
 # ----------------------------------------------------------------------------- schedule
 
 
-def lr_at(cfg: TrainConfig, step: int) -> float:
-    """Learning rate of (0-based) ``step``: linear warm-up, then constant/cosine/linear decay."""
+def lr_at(cfg: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
+    """Learning rate of (0-based) ``step``: linear warm-up, then constant/cosine/linear decay.
+
+    With ``cfg.lr_clock == "time"`` the decay follows the share of the wall-clock budget used
+    after warm-up (``elapsed_s`` since the start, ``max_minutes`` in all) or the share of
+    ``max_steps``, whichever is further along, so a run stopped by its budget ends on the
+    decayed rate instead of being cut off half-way.
+    """
     warm = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
     if cfg.schedule == "constant":
         return cfg.lr * warm
     span = max(1, cfg.max_steps - cfg.warmup_steps)
     progress = min(1.0, max(0.0, (step - cfg.warmup_steps) / span))
+    if cfg.lr_clock == "time" and cfg.max_minutes > 0 and step >= cfg.warmup_steps:
+        progress = max(progress, min(1.0, elapsed_s / (cfg.max_minutes * 60.0)))
     if cfg.schedule == "cosine":
         shape = 0.5 * (1.0 + math.cos(math.pi * progress))
     else:
@@ -453,9 +461,10 @@ class Trainer:
         window_t, window_n, window_loss, window_logs = t0, 0, 0.0, {}
         step, last_loss, stopped, last_ckpt = start, float("nan"), "max_steps", None
         budget_s = cfg.max_minutes * 60.0
+        clock = 0.0  # wall time at the previous step, for lr_clock="time"
         try:
             while step < cfg.max_steps:
-                lr = lr_at(cfg, step)
+                lr = lr_at(cfg, step, clock)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 seed_globals(cfg.seed, step)
@@ -474,10 +483,13 @@ class Trainer:
                 else:
                     gnorm = grad_norm(params)
                 over = budget_s > 0 and time.perf_counter() - t0 >= budget_s
-                check = torch.stack([loss.detach().double().cpu(), torch.tensor(float(over),
-                                     dtype=torch.float64)])  # fmt: skip
+                now_s = (time.perf_counter() - t0) if env.is_main else 0.0
+                check = torch.tensor([float(loss.detach()), float(over), now_s],
+                                     dtype=torch.float64)  # fmt: skip
                 check = D.all_reduce_sum(check.to(env.device), env).cpu()
                 mean_loss = float(check[0]) / env.world
+                # every rank steps with the same rate: the clock is rank 0's, shared
+                clock = float(check[2])
                 if not math.isfinite(mean_loss) or not math.isfinite(float(gnorm)):
                     self._fail_non_finite(env, step, mean_loss, float(gnorm))
                 optimizer.step()
