@@ -1,9 +1,10 @@
 """The explorer in a real headless Chromium (Debian ``chromium`` + ``chromium-driver``, Selenium):
 open the page, generate, move a Walk slider, check that the picture changed; draw a digit and
-invert it.
+invert it; project and restore on a projective run.
 
 ``LINEARIZER_EXPLORE_SCREENSHOTS=DIR`` saves a screenshot of each step into DIR;
-``LINEARIZER_EXPLORE_RUN=RUN`` explores that run instead of a fresh smoke run.
+``LINEARIZER_EXPLORE_RUN=RUN`` / ``LINEARIZER_EXPLORE_PROJECTIVE_RUN=RUN`` explore those runs
+instead of fresh smoke runs.
 """
 
 from __future__ import annotations
@@ -37,29 +38,41 @@ pytestmark = pytest.mark.skipif(
 WAIT_S = 60  # generous: the first page load compiles nothing, but CI machines are slow
 
 
-@pytest.fixture(scope="module")
-def page(tmp_path_factory):
-    from linearizer.explore import build_app, launch, open_run
+def _smoke(tmp_path_factory, kind: str) -> str:
+    run = str(tmp_path_factory.mktemp("browser") / kind)
+    argv = ["train", kind, "--preset", "smoke", "--out", run, "--set", "progress=false"]
+    assert main(argv) == 0
+    return run
 
-    run = os.environ.get("LINEARIZER_EXPLORE_RUN")
-    if not run:
-        run = str(tmp_path_factory.mktemp("browser") / "flow")
-        argv = ["train", "flow", "--preset", "smoke", "--out", run, "--set", "progress=false"]
-        assert main(argv) == 0
-    demo = build_app(open_run(run))
-    launch(demo, host="127.0.0.1", port=None, block=False)
+
+@pytest.fixture(scope="module")
+def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1280,1500"):  # fmt: skip
         options.add_argument(arg)
     driver = webdriver.Chrome(service=webdriver.ChromeService(DRIVER), options=options)
-    try:
-        driver.get(demo.local_url)
-        yield driver
-    finally:
-        driver.quit()
-        demo.close()
+    yield driver
+    driver.quit()
+
+
+def _open(driver, run: str):
+    """Serve ``run`` on 127.0.0.1 and load its page in ``driver``; returns the Gradio app."""
+    from linearizer.explore import build_app, launch, open_run
+
+    demo = build_app(open_run(run))
+    launch(demo, host="127.0.0.1", port=None, block=False)
+    driver.get(demo.local_url)
+    return demo
+
+
+@pytest.fixture(scope="module")
+def page(browser, tmp_path_factory):
+    run = os.environ.get("LINEARIZER_EXPLORE_RUN") or _smoke(tmp_path_factory, "flow")
+    demo = _open(browser, run)
+    yield browser
+    demo.close()
 
 
 def _shot(driver, name: str) -> None:
@@ -122,3 +135,28 @@ def test_draw_and_invert(page):
     seen = _pixels(_src(page, "invert-input"))
     assert seen.std() > 0
     _shot(page, "invert")
+
+
+def test_project_and_restore(browser, tmp_path_factory):
+    run = os.environ.get("LINEARIZER_EXPLORE_PROJECTIVE_RUN") or _smoke(
+        tmp_path_factory, "projective"
+    )
+    demo = _open(browser, run)
+    try:
+        wait = WebDriverWait(browser, WAIT_S)
+        canvas = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "canvas"))[0]
+        browser.find_element(By.CSS_SELECTOR, "button[aria-label='Brush']").click()
+        ActionChains(browser).move_to_element_with_offset(
+            canvas, -30, -50
+        ).click_and_hold().move_by_offset(50, 0).move_by_offset(
+            -30, 100
+        ).release().perform()  # a '7'
+        browser.find_element(By.ID, "project-button").click()
+        wait.until(lambda d: "idempotence" in d.find_element(By.ID, "project-text").text)
+        assert "Input: the drawing" in browser.find_element(By.ID, "project-text").text
+        browser.find_element(By.ID, "restore-button").click()
+        wait.until(lambda d: "alternating" in d.find_element(By.ID, "restore-text").text)
+        assert _pixels(_src(browser, "restore-strip")).std() > 0
+        _shot(browser, "project")
+    finally:
+        demo.close()

@@ -101,6 +101,7 @@ def _inputs(gr: Any, what: str = "picture") -> tuple[Any, Any]:
             type="numpy",
             canvas_size=(280, 280),
             brush=gr.Brush(default_size=22, colors=["#000000"]),
+            fixed_canvas=True,
         )
         upload = gr.File(label=f"or upload ({UPLOAD_HINT})", type="filepath")
     return draw, upload
@@ -239,12 +240,12 @@ def _project_tab(gr: Any, ex: Explorer) -> None:
             seed = gr.Number(
                 0, label="seed (corruption; noise input when nothing is drawn)", precision=0
             )
-        button = gr.Button("Project", variant="primary")
+        button = gr.Button("Project", variant="primary", elem_id="project-button")
         with gr.Row():
             seen = _image(gr, "input x")
             once = _image(gr, "f(x)")
             twice = _image(gr, "f(f(x))")
-        text = gr.Markdown()
+        text = gr.Markdown(elem_id="project-text")
 
         def picked(drawing: Any, file: Any, seed: float):
             picture = pick_picture(file, drawing)
@@ -265,9 +266,10 @@ def _project_tab(gr: Any, ex: Explorer) -> None:
             gr.Markdown("### Restore: degrade the input exactly, then restore it")
             with gr.Row():
                 task = gr.Dropdown(p.tasks, value=p.tasks[0], label="degradation")
-                fix = gr.Button("Restore")
-            strip = _image(gr, "clean x | H⁺y | " + " | ".join(RESTORE_METHODS))
-            text2 = gr.Markdown()
+                fix = gr.Button("Restore", elem_id="restore-button")
+            label = "clean x | " + " | ".join(RESTORE_METHODS) + "  (pinv = H⁺y)"
+            strip = _image(gr, label, elem_id="restore-strip")
+            text2 = gr.Markdown(elem_id="restore-text")
 
             def restore(drawing: Any, file: Any, seed: float, task: str) -> tuple:
                 return p.restore(picked(drawing, file, seed), task, int(seed or 0))

@@ -73,7 +73,7 @@ class ProjectiveViews:
         moved = float((once - x).abs().mean())
         shown = noise_picture(x) if bool((x.abs() > 1.5).any()) else picture(x)
         text = (
-            f"input: {corruption}. mean |f(x) − x| = {moved:.3g}; "
+            f"corruption: {corruption}. mean |f(x) − x| = {moved:.3g}; "
             f"idempotence residual max|f(f(x)) − f(x)| / max|f(x)| = {residual:.1e}"
             + (" (an exact projector: rounding only)." if hasattr(self.model, "A") else ".")
         )
