@@ -1,0 +1,173 @@
+"""Pretrained models shipped inside the package: open them without data and without training.
+
+Each model is two package assets, ``linearizer/assets/<file>.safetensors`` (the EMA weights in
+half precision) and ``<file>.json`` (format, the training config, the step, the SHA-256 of the
+weights file, the checksum of the training data and the model's evaluation). :func:`resolve`
+checks the hash, then materialises a run folder (``config.json``, ``run.json``, one float32
+checkpoint) in the user cache, ``<cache>/pretrained/<name>-<hash prefix>``, so every command
+and loader that opens a run opens it: ``linearizer sample pretrained:mnist --n 64 --out DIR``,
+``load_run("pretrained:mnist")`` or :func:`from_pretrained`. The cache is
+``$LINEARIZER_DATA``, else ``$XDG_CACHE_HOME/linearizer``, else ``~/.cache/linearizer``.
+
+>>> available()
+['mnist']
+>>> model = from_pretrained("mnist")                    # doctest: +SKIP
+>>> model.sample(torch.randn(8, 1, 32, 32)).shape        # doctest: +SKIP
+torch.Size([8, 1, 32, 32])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import __version__
+from .errors import LinearizerError
+from .io import load_tensors, read_json, save_tensors, write_json
+
+FORMAT = "linearizer.pretrained/1"
+# name -> asset file stem in linearizer/assets
+ASSETS = {"mnist": "flow_mnist"}
+
+
+def available() -> list[str]:
+    """Names :func:`resolve` accepts."""
+    return sorted(ASSETS)
+
+
+def asset_paths(name: str) -> tuple[Path, Path]:
+    """``(weights .safetensors, description .json)`` of a shipped model."""
+    if name not in ASSETS:
+        raise LinearizerError(
+            f"unknown pretrained model '{name}'; available: {', '.join(available())}"
+        )
+    root = asset_root()
+    return root / f"{ASSETS[name]}.safetensors", root / f"{ASSETS[name]}.json"
+
+
+def asset_root() -> Path:
+    """The package's asset folder, ``linearizer/assets``."""
+    return Path(str(resources.files("linearizer").joinpath("assets")))
+
+
+def info(name: str) -> dict[str, Any]:
+    """The description shipped beside the weights (config, step, hash, data, evaluation)."""
+    weights, meta_path = asset_paths(name)
+    if not weights.is_file() or not meta_path.is_file():
+        raise LinearizerError(f"pretrained model '{name}' is missing from this installation")
+    meta = read_json(meta_path)
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise LinearizerError(f"{meta_path} is not a linearizer pretrained-model description")
+    for key in ("kind", "config", "step", "sha256"):
+        if key not in meta:
+            raise LinearizerError(f"{meta_path} lacks '{key}'")
+    return meta
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(name: str) -> dict[str, Any]:
+    """The description, after checking the weights file against its SHA-256 (else an error)."""
+    meta = info(name)
+    weights, _ = asset_paths(name)
+    found = file_sha256(weights)
+    if found != meta["sha256"]:
+        raise LinearizerError(
+            f"{weights} does not match its recorded SHA-256 ({found[:12]}... instead of "
+            f"{meta['sha256'][:12]}...): the file is damaged or was replaced"
+        )
+    return meta
+
+
+def cache_root() -> Path:
+    from .data.mnist import default_cache_dir
+
+    return default_cache_dir() / "pretrained"
+
+
+def resolve(name: str) -> Path:
+    """A run folder holding the pretrained model ``name`` (made once per weights file)."""
+    meta = verify(name)
+    folder = cache_root() / f"{name}-{meta['sha256'][:12]}"
+    if (folder / "run.json").is_file():
+        return folder
+    weights, _ = asset_paths(name)
+    model, cfg = _build(meta)
+    state = {k: v.to(model.state_dict()[k].dtype) for k, v in load_tensors(weights).items()}
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise LinearizerError(f"{weights} does not match its config: {first}") from None
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
+    try:
+        _write_run(tmp, model, cfg, meta)
+        try:
+            os.rename(tmp, folder)  # atomic: a concurrent resolve sees all or nothing
+        except OSError:
+            if not (folder / "run.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def _build(meta: dict[str, Any]) -> tuple[nn.Module, Any]:
+    from .training.runs import run_kind
+
+    kind = run_kind(meta["kind"])
+    cfg = kind.config.from_dict(meta["config"])
+    return kind.build(cfg, Path(".")), cfg
+
+
+def _write_run(folder: Path, model: nn.Module, cfg: Any, meta: dict[str, Any]) -> None:
+    from .training.checkpoint import save_checkpoint
+
+    step = int(meta["step"])
+    write_json(folder / "config.json", cfg.to_dict())
+    save_checkpoint(folder, step, model, config=cfg.to_dict(), model_kind=meta["kind"],
+                    keep_last=1)  # fmt: skip
+    write_json(folder / "run.json", {"kind": meta["kind"], "library_version": __version__,
+                                     "world": 1, "status": "finished", "step": step,
+                                     "pretrained": meta.get("name", "")})  # fmt: skip
+
+
+def from_pretrained(name: str = "mnist") -> nn.Module:
+    """The pretrained model ``name`` in eval mode (for ``"mnist"``: a one-step flow)."""
+    from .training.runs import load_run
+
+    return load_run(f"pretrained:{name}").model
+
+
+def export(run_dir: str | Path, name: str, out_dir: str | Path, extra: dict[str, Any]) -> Path:
+    """Write a run's EMA weights as a half-precision asset ``<out_dir>/<file>.safetensors`` plus
+    its description (``extra`` adds e.g. the data checksum and the evaluation)."""
+    from .training.runs import load_run
+
+    run = load_run(run_dir)
+    file = ASSETS.get(name, name)
+    out = Path(out_dir)
+    state = {k: v.detach().to(torch.float16) if v.is_floating_point() else v
+             for k, v in run.model.state_dict().items()}  # fmt: skip
+    weights = save_tensors(out / f"{file}.safetensors", state, metadata={"format": FORMAT})
+    meta = {"format": FORMAT, "name": name, "kind": run.kind, "step": run.step,
+            "config": run.config.to_dict(), "dtype": "float16",
+            "sha256": file_sha256(weights), "library_version": __version__,
+            "torch": torch.__version__, **extra}  # fmt: skip
+    write_json(out / f"{file}.json", meta)
+    return weights

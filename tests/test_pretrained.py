@@ -1,0 +1,66 @@
+"""Pretrained models as package assets: export, hash check, materialised run folder, and the
+commands that open ``pretrained:NAME`` (on a smoke run exported into a temporary asset folder)."""
+
+import json
+
+import pytest
+import torch
+
+from linearizer import pretrained
+from linearizer.cli.main import main
+from linearizer.errors import LinearizerError
+from linearizer.flow.task import FlowTask
+from linearizer.training.config import resolve
+from linearizer.training.runs import load_run
+from linearizer.training.trainer import train
+
+
+@pytest.fixture
+def assets(tmp_path_factory, monkeypatch):
+    run = tmp_path_factory.mktemp("pre") / "run"
+    train(FlowTask(), resolve("flow", "smoke", ["max_steps=3", "progress=false"]), run)
+    root = tmp_path_factory.mktemp("assets")
+    pretrained.export(run, "tiny", root, {"data_sha256": "0" * 64})
+    monkeypatch.setattr(pretrained, "asset_root", lambda: root)
+    monkeypatch.setitem(pretrained.ASSETS, "tiny", "tiny")
+    monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path_factory.mktemp("cache")))
+    return run, root
+
+
+def test_resolve_gives_a_run_folder_with_the_half_precision_weights(assets):
+    run, root = assets
+    folder = pretrained.resolve("tiny")
+    assert pretrained.resolve("tiny") == folder  # made once
+    loaded = load_run("pretrained:tiny")
+    original = load_run(run)
+    assert loaded.kind == "flow" and loaded.step == original.step == 3
+    for key, value in original.model.state_dict().items():
+        back = loaded.model.state_dict()[key]
+        if value.is_floating_point():
+            # float16 storage: relative rounding 2^-11 of each weight
+            torch.testing.assert_close(back, value, rtol=2.0**-10, atol=2.0**-24 * 4)
+    meta = json.loads((root / "tiny.json").read_text())
+    assert meta["format"] == pretrained.FORMAT and meta["config"]["network"]["hidden"] == 8
+
+
+def test_damaged_weights_are_refused(assets):
+    _, root = assets
+    blob = bytearray((root / "tiny.safetensors").read_bytes())
+    blob[-1] ^= 1
+    (root / "tiny.safetensors").write_bytes(bytes(blob))
+    with pytest.raises(LinearizerError, match="SHA-256"):
+        pretrained.resolve("tiny")
+
+
+def test_sample_command_opens_a_pretrained_model(assets, tmp_path, capsys):
+    assert main(["sample", "pretrained:tiny", "--n", "4", "--out", str(tmp_path / "s")]) == 0
+    assert (tmp_path / "s" / "samples.png").is_file()
+    assert main(["sample", "pretrained:nope", "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown pretrained model 'nope'" in err[0]
+
+
+def test_from_pretrained_returns_the_model_in_eval_mode(assets):
+    model = pretrained.from_pretrained("tiny")
+    assert not model.training
+    assert model.sample(torch.randn(2, 1, 8, 8), steps=4).shape == (2, 1, 8, 8)
