@@ -35,3 +35,47 @@ def _keep_thread_count():
     yield
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
+
+
+# --------------------------------------------------------------------------- smoke runs
+# One smoke run of each kind per test session, trained through the CLI in-process; tests only
+# read them (a test that changes a run copies it first).
+
+
+def _train(kind: str, out, *extra: str) -> None:
+    from linearizer.cli.main import main
+
+    argv = ["train", kind, "--preset", "smoke", "--out", str(out), *extra]
+    assert main(argv) == 0, f"smoke training failed: {argv}"
+
+
+@pytest.fixture(scope="session")
+def smoke_flow_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("smoke") / "flow"
+    _train("flow", run)
+    return run
+
+
+@pytest.fixture(scope="session")
+def smoke_projective_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("smoke") / "projective"
+    _train("projective", run)
+    return run
+
+
+def write_png(path, seed: int, size: int = 16) -> str:
+    from linearizer.style.images import save_image
+
+    img = torch.rand(3, size, size, generator=torch.Generator().manual_seed(seed))
+    return str(save_image(img, path))
+
+
+@pytest.fixture(scope="session")
+def smoke_style_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("smoke-style")
+    content = write_png(root / "cat.png", 0, size=32)
+    for i, name in enumerate(["red", "blue"]):
+        write_png(root / "targets" / name / "cat.png", 10 + i, size=32)
+    run = root / "run"
+    _train("style", run, "--content", content, "--styles", str(root / "targets"))
+    return run

@@ -466,7 +466,37 @@ def read_torch_checkpoint(path: str | Path) -> TorchCheckpoint:
     location (``cpu``, ``cuda:N`` ...). Strides and storage offsets in the file are honoured.
     """
     path = Path(path)
+    try:
+        return _read_torch_checkpoint(path)
+    except LinearizerError as e:
+        text = str(e)
+        raise LinearizerError(text if str(path) in text else f"{path}: {text}") from None
+    except RecursionError:
+        raise LinearizerError(f"{path}: the pickle nests objects too deeply") from None
+
+
+_MAX_STORAGE_BYTES = 64 * 2**30
+_MAX_COMPRESSION = 1000  # torch stores entries uncompressed; a zip bomb claims far more
+
+
+def _check_entry_sizes(zf: zipfile.ZipFile, path: Path) -> None:
+    """Refuse sizes an entry claims but could not hold, before anything is decompressed."""
+    total = 0
+    for info in zf.infolist():
+        total += info.file_size
+        stored = info.compress_type == zipfile.ZIP_STORED
+        if not stored and info.file_size > _MAX_COMPRESSION * max(info.compress_size, 1):
+            raise LinearizerError(
+                f"{path}: entry {info.filename} claims {info.file_size} bytes from "
+                f"{info.compress_size} compressed (a zip bomb?)"
+            )
+    if total > _MAX_STORAGE_BYTES:
+        raise LinearizerError(f"{path}: entries claim {total} bytes in all (over the limit)")
+
+
+def _read_torch_checkpoint(path: Path) -> TorchCheckpoint:
     with _open_zip(path) as zf:
+        _check_entry_sizes(zf, path)
         root_name = _find_root(zf, path)
         prefix = f"{root_name}/data/"
         infos = {i.filename: i for i in zf.infolist()}

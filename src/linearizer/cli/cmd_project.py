@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..errors import LinearizerError
@@ -21,25 +20,9 @@ INPUTS = ("noise", "test", "corrupted", "fashion")
 
 def _file_images(path: Path, shape: tuple[int, ...]) -> torch.Tensor:
     """Images from a ``.npy`` file (no pickles): ``[N, H, W]`` or ``[N, C, H, W]``, numbers."""
-    if not path.is_file():
-        raise LinearizerError(f"no such input file: {path}")
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise LinearizerError(f"cannot read {path} as a .npy array: {e}") from None
-    if not np.issubdtype(array.dtype, np.number):
-        raise LinearizerError(f"{path} holds {array.dtype} values, not numbers")
-    if array.ndim == 3:
-        array = array[:, None]
-    if array.ndim != 4 or tuple(array.shape[1:]) != shape or len(array) == 0:
-        want = ", ".join(map(str, shape))
-        raise LinearizerError(f"{path} must hold images [N, {want}], got {list(array.shape)}")
-    x = torch.from_numpy(np.ascontiguousarray(array)).to(torch.float32)
-    if array.dtype == np.uint8:
-        x = x / 255.0
-    if not torch.isfinite(x).all():
-        raise LinearizerError(f"{path} contains NaN or infinite values")
-    return x
+    from .common import read_image_batch
+
+    return read_image_batch(path, shape, "input file")
 
 
 def _inputs(args: argparse.Namespace, cfg) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
@@ -89,8 +72,10 @@ def run_project(args: argparse.Namespace) -> int:
 
     if args.n < 1:
         raise LinearizerError(f"--n must be >= 1, got {args.n}")
-    if args.input not in INPUTS and not args.input.endswith(".npy"):
-        raise LinearizerError(f"--input must be one of {', '.join(INPUTS)} or a FILE.npy")
+    if args.input not in INPUTS and not Path(args.input).exists():
+        raise LinearizerError(
+            f"--input {args.input}: no such file, and not one of {', '.join(INPUTS)}"
+        )
     cfg = run_config(args.run)
     out = Path(args.out)
     if args.dry_run:

@@ -12,6 +12,7 @@ import torch
 from ..data import save_grid
 from ..errors import LinearizerError
 from ..io import atomic_write
+from .common import read_image_batch
 from .flowargs import add_sampler_options, load_model
 
 
@@ -20,8 +21,7 @@ def run(args: argparse.Namespace) -> int:
         raise LinearizerError("--n must be >= 1")
     model, cfg, step, dtype = load_model(args)
     if args.noise:
-        x0 = torch.as_tensor(np.load(args.noise, allow_pickle=False)).to(dtype)
-        model.check_images(x0, f"noise in {args.noise}")
+        x0 = read_image_batch(args.noise, model.image_shape, "noise file").to(dtype)
     else:
         gen = torch.Generator().manual_seed(args.seed)
         x0 = torch.randn(args.n, *model.image_shape, generator=gen).to(dtype)

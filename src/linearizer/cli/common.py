@@ -98,3 +98,37 @@ def parse_dtype(name: str) -> torch.dtype:
 
 def overrides_or_preset(kind: str, preset: str, overrides: list[str]):
     return apply_overrides(resolve(kind, preset), overrides)
+
+
+def read_image_batch(path: str | os.PathLike, shape: tuple[int, ...], what: str) -> torch.Tensor:
+    """Images ``[N, *shape]`` (float32) from a user's file, every problem a one-line error.
+
+    ``.png``/``.jpg``: one image, in [0, 1]. Anything else: a numeric ``.npy``, or a ``.npz``
+    (member ``images``, else the first), holding ``[N, H, W]`` (one channel) or ``[N, C, H, W]``;
+    ``uint8`` arrays are divided by 255. Pickled objects are refused, sizes checked first.
+    """
+    import numpy as np
+
+    from ..io import read_array, read_image
+
+    path = Path(path)
+    if path.suffix.lower() in (".png", ".jpg", ".jpeg"):
+        img = read_image(path, "RGB" if shape[0] == 3 else "L")
+        array = np.asarray(img, dtype=np.uint8)
+        array = array.transpose(2, 0, 1)[None] if array.ndim == 3 else array[None, None]
+    else:
+        array = read_array(path)
+    if array.ndim == 3 and shape[0] == 1:
+        array = array[:, None]
+    if array.ndim != 4 or tuple(array.shape[1:]) != tuple(shape) or len(array) == 0:
+        want = ", ".join(map(str, shape))
+        raise LinearizerError(
+            f"{what} {path} holds an array of shape {list(array.shape)}; "
+            f"need images [N, {want}] with N >= 1"
+        )
+    x = torch.from_numpy(np.ascontiguousarray(array)).to(torch.float32)
+    if array.dtype == np.uint8:
+        x = x / 255.0
+    if not bool(torch.isfinite(x).all()):
+        raise LinearizerError(f"{what} {path} contains NaN or infinite values")
+    return x

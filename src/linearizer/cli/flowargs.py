@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..errors import LinearizerError
@@ -59,31 +57,9 @@ def load_model(args: argparse.Namespace):
 
 def read_images(path: str, shape: tuple[int, ...]) -> torch.Tensor:
     """Images ``[N, *shape]`` in [0, 1] from .npy/.npz (array 'images' or the first) or a PNG."""
-    file = Path(path)
-    if not file.is_file():
-        raise LinearizerError(f"no such file: {file}")
-    try:
-        if file.suffix == ".png":
-            from PIL import Image
+    from .common import read_image_batch
 
-            mode = "RGB" if shape[0] == 3 else "L"
-            arr = np.asarray(Image.open(file).convert(mode), dtype=np.float32) / 255.0
-            arr = arr.transpose(2, 0, 1)[None] if arr.ndim == 3 else arr[None, None]
-        elif file.suffix == ".npz":
-            with np.load(file, allow_pickle=False) as z:
-                arr = z["images"] if "images" in z else z[z.files[0]]
-        else:
-            arr = np.load(file, allow_pickle=False)
-    except (OSError, ValueError, KeyError) as e:
-        raise LinearizerError(f"cannot read images from {file}: {e}") from None
-    x = torch.as_tensor(np.asarray(arr, dtype=np.float32))
-    if x.dim() == 3:
-        x = x[:, None]
-    if tuple(x.shape[1:]) != tuple(shape):
-        raise LinearizerError(
-            f"{file} holds images of shape {list(x.shape[1:])}, need {list(shape)}"
-        )
-    return x
+    return read_image_batch(path, shape, "images file")
 
 
 def test_images(cfg, indices: list[int]) -> torch.Tensor:

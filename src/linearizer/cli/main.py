@@ -11,6 +11,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import warnings
 
 from .. import __version__
 from ..errors import LinearizerError
@@ -31,12 +32,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings reach a command-line user as one line, without source file and code."""
+    print(f"linearizer: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    warnings.showwarning = _one_line_warning
     try:
         return int(args.func(args) or 0)
     except LinearizerError as e:

@@ -143,6 +143,7 @@ def save_classifier(model: LeNet, path: str | Path, info: dict) -> Path:
 def load_classifier(path: str | Path | None = None, device: str | torch.device = "cpu") -> LeNet:
     """Load a classifier (default: the committed weights) in eval mode."""
     path = Path(path) if path is not None else default_weights_path()
+    state = load_tensors(path)  # the file the user named is checked first
     meta = read_json(path.with_suffix(".json"))
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise LinearizerError(f"{path.with_suffix('.json')} is not a linearizer LeNet description")
@@ -157,7 +158,6 @@ def load_classifier(path: str | Path | None = None, device: str | torch.device =
     except (KeyError, TypeError, ValueError) as e:
         raise LinearizerError(f"bad classifier config beside {path}: {e}") from None
     model = LeNet(config)
-    state = load_tensors(path)
     try:
         model.load_state_dict(state)
     except RuntimeError as e:

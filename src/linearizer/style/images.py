@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch import Tensor
 
 from ..errors import LinearizerError
-from ..io import write_bytes
+from ..io import read_image, write_bytes
 
 SKIMAGE_PREFIX = "skimage:"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
@@ -72,13 +72,9 @@ def _skimage_array(name: str) -> np.ndarray:
 
 
 def _file_array(path: Path) -> np.ndarray:
-    if not path.is_file():
+    if not path.exists():
         raise LinearizerError(f"no such image file: {path}")
-    try:
-        with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"))
-    except (UnidentifiedImageError, OSError) as e:
-        raise LinearizerError(f"cannot read image {path}: {e}") from None
+    return np.asarray(read_image(path, "RGB"))
 
 
 def _to_rgb(array: np.ndarray, what: str) -> np.ndarray:

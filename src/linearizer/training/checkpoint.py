@@ -401,6 +401,18 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return None
 
 
+def unusable_checkpoints(run_dir: str | Path) -> list[str]:
+    """``"<file>: <problem>"`` for every checkpoint of ``run_dir`` that does not verify."""
+    problems = []
+    for step in sorted(_steps_on_disk(run_dir), reverse=True):
+        path = checkpoint_path(run_dir, step)
+        try:
+            verify_checkpoint(path)
+        except LinearizerError as e:
+            problems.append(f"{path.name}: {e}")
+    return problems
+
+
 # ----------------------------------------------------------------------------- load
 
 

@@ -14,6 +14,7 @@ first use (as presets do), so this module imports no application.
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from torch import nn
 from ..config import Config
 from ..errors import LinearizerError
 from ..io import read_json
-from .checkpoint import latest_checkpoint, load_weights
+from .checkpoint import latest_checkpoint, load_weights, unusable_checkpoints
 
 PRETRAINED = "pretrained:"
 
@@ -130,9 +131,12 @@ def load_run(spec: str | Path, *, use_ema: bool = True, expect: str | None = Non
     run = run_folder(spec)
     cfg = read_run_config(run, expect)
     kind = run_kind(folder_kind(run, default=expect))
-    path = latest_checkpoint(run)
+    with warnings.catch_warnings():  # the error below names every unusable checkpoint
+        warnings.simplefilter("ignore")
+        path = latest_checkpoint(run)
     if path is None:
-        raise LinearizerError(f"{run} holds no usable checkpoint")
+        why = "; ".join(unusable_checkpoints(run))
+        raise LinearizerError(f"{run} holds no usable checkpoint" + (f" ({why})" if why else ""))
     model = kind.build(cfg, run)
     ckpt = load_weights(path, model, use_ema=use_ema, model_kind=kind.name)
     label = kind.label(cfg) if kind.label else kind.name
