@@ -111,11 +111,13 @@ class FlowViews:
         multi = self.model.sample(x0, steps=steps, method=method, dtype=F64, one_step=False)
         t3 = time.perf_counter()
         psnr = _psnr(one, multi)
+        gap = float((one - multi).abs().max())
         collapse = "cached" if cached else f"collapsed in {1e3 * (t1 - t0):.0f} ms, now cached"
         text = (
             f"**{method} T={steps}**, {count} samples, seed {seed}. One step (B {collapse}): "
             f"{1e3 * (t2 - t1):.1f} ms; multi-step ({steps} steps): {1e3 * (t3 - t2):.1f} ms. "
-            f"PSNR one-step vs multi-step: {psnr:.1f} dB (float64 latents; equal up to rounding)."
+            f"One-step vs multi-step: PSNR {'∞' if math.isinf(psnr) else f'{psnr:.1f}'} dB, "
+            f"max |difference| {gap:.1e} (float64 latents; equal up to rounding)."
         )
         nrow = min(count, 4)
         return picture(one, nrow), picture(multi, nrow), text
