@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..flow.solvers import METHODS
+
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
@@ -37,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("run", help="flow run folder")
     p.add_argument("--steps", type=int, default=100, help="T of the collapsed matrix B")
-    p.add_argument("--method", default="euler", choices=["euler", "rk4", "rk4-authors"],
+    p.add_argument("--method", default="euler", choices=METHODS,
                    help="solver whose one-step matrix is decomposed")  # fmt: skip
     p.add_argument("--k", type=int, default=16, help="singular directions to draw")
     p.add_argument("--seed", type=int, default=0, help="seed of the noise that sets the scales")

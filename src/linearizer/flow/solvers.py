@@ -27,6 +27,7 @@ Methods (one signature, see :func:`integrate`):
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -35,9 +36,44 @@ from torch import Tensor
 from ..errors import LinearizerError
 from ..operators.base import LinearOperator
 
-METHODS = ("euler", "rk4", "rk4-authors")
 FINALS = ("skip", "predict")
 Callback = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """One explicit Runge-Kutta step for ``z' = v(z, t)``, as coefficients.
+
+    ``times(i, h)``: the distinct times step ``i`` evaluates A at. Stage ``s`` evaluates the
+    velocity at ``times[stage_time[s]]`` on ``z + sum_j (h * a) k_j`` for ``(j, a)`` in
+    ``inputs[s]``; the step returns ``z + (h / denominator) * sum_s weights[s] k_s``.
+    ``new_times``: times a step adds to the previous step's (its first time is the last one's).
+    """
+
+    name: str
+    times: Callable[[int, float], tuple[float, ...]]
+    stage_time: tuple[int, ...]
+    inputs: tuple[tuple[tuple[int, float], ...], ...]
+    weights: tuple[float, ...]
+    denominator: float
+    new_times: int
+    about: str
+
+
+SAMPLERS: dict[str, Sampler] = {
+    s.name: s
+    for s in (
+        Sampler("euler", lambda i, h: (i * h,), (0,), ((),), (1.0,), 1.0, 1,
+                "z += h v(z, t_i)"),
+        Sampler("rk4", lambda i, h: (i * h, i * h + h / 2, (i + 1) * h), (0, 1, 1, 2),
+                ((), ((0, 0.5),), ((1, 0.5),), ((2, 1.0),)), (1.0, 2.0, 2.0, 1.0), 6.0, 2,
+                "classical Runge-Kutta 4"),
+        Sampler("rk4-authors", lambda i, h: (i * h, i * h + h / 2, (i + 1) * h), (0, 1, 2),
+                ((), (), ()), (1.0, 4.0, 1.0), 6.0, 2,
+                "the authors' I + h/6 [L(t) + 4 L(t + h/2) + L(t + h)] (first order)"),
+    )
+}  # fmt: skip
+METHODS = tuple(SAMPLERS)
 
 
 def check_schedule(steps: int, method: str, final: str = "skip") -> None:
@@ -52,9 +88,8 @@ def check_schedule(steps: int, method: str, final: str = "skip") -> None:
 def stage_times(steps: int, method: str) -> list[tuple[float, ...]]:
     """The times at which each step evaluates A: one tuple per step."""
     h = 1.0 / steps
-    if method == "euler":
-        return [(i * h,) for i in range(steps - 1)]
-    return [(i * h, i * h + h / 2, (i + 1) * h) for i in range(steps - 1)]
+    times = SAMPLERS[method].times
+    return [times(i, h) for i in range(steps - 1)]
 
 
 class _Factors:
@@ -97,17 +132,18 @@ def _velocity(fac: _Factors, z: Tensor, t: float) -> Tensor:
 
 
 def _step(fac: _Factors, z: Tensor, ts: tuple[float, ...], h: float, method: str) -> Tensor:
-    if method == "euler":
-        return z + h * _velocity(fac, z, ts[0])
-    t0, tm, t1 = ts
-    if method == "rk4-authors":
-        l1, l2, l4 = (_velocity(fac, z, s) for s in (t0, tm, t1))
-        return z + (h / 6.0) * (l1 + 4.0 * l2 + l4)
-    k1 = _velocity(fac, z, t0)
-    k2 = _velocity(fac, z + (h / 2) * k1, tm)
-    k3 = _velocity(fac, z + (h / 2) * k2, tm)
-    k4 = _velocity(fac, z + h * k3, t1)
-    return z + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+    """One step of ``method`` from its coefficients (``z`` a batch of rows, or a ``_Span``)."""
+    sampler = SAMPLERS[method]
+    ks: list = []
+    for inputs, slot in zip(sampler.inputs, sampler.stage_time):
+        y = z
+        for j, a in inputs:
+            y = y + (h * a) * ks[j]
+        ks.append(_velocity(fac, y, ts[slot]))
+    total = sampler.weights[0] * ks[0]
+    for w, k in zip(sampler.weights[1:], ks[1:]):
+        total = total + w * k
+    return z + (h / sampler.denominator) * total
 
 
 def integrate(
@@ -228,7 +264,7 @@ class Schedule:
         self.extra = [1.0 - self.h] if final == "predict" else []
         self.fac = _Factors(op, [t for ts in self.plan for t in ts] + self.extra, dtype)
         if block is None and self.fac.u is not None:
-            block = max(1, 128 // (self.fac.u.shape[-1] * (1 if method == "euler" else 2)))
+            block = max(1, 128 // (self.fac.u.shape[-1] * SAMPLERS[method].new_times))
         self.block = block or 1
 
     def chunks(self) -> list[tuple[int, list[tuple[float, ...]], list[float]]]:
