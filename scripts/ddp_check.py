@@ -19,12 +19,13 @@ from pathlib import Path
 
 from linearizer.training.checkpoint import latest_checkpoint, read_checkpoint
 
+TOY = Path(__file__).resolve().parents[1] / "tests" / "toy_task.py"  # the toy task fixture
 DEFAULTS = ["max_steps=100", "ckpt_every=0", "progress=false", "threads=1", "ema_decay=0",
             "log_every=50"]  # fmt: skip
 
 
 def run(out: Path, nproc: int, overrides: list[str]) -> float:
-    toy = ["-m", "linearizer.training.toy", str(out), "--set", *DEFAULTS, *overrides]
+    toy = [str(TOY), str(out), "--set", *DEFAULTS, *overrides]
     if nproc == 1:
         cmd = [sys.executable, *toy]
     else:

@@ -29,8 +29,8 @@ from linearizer.training.model_folder import (
     from_pretrained,
     save_pretrained,
 )
-from linearizer.training.toy import ToyConfig, ToyNet
 from tolerance import assert_near
+from toy_task import ToyConfig, ToyNet
 
 
 def make_net(width: int = 6) -> nn.Module:

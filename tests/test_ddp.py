@@ -17,9 +17,9 @@ import sys
 
 from linearizer.training.checkpoint import latest_checkpoint, read_checkpoint
 from linearizer.training.config import apply_overrides
-from linearizer.training.toy import ToyConfig, ToyTask
 from linearizer.training.tracking import read_metrics
 from linearizer.training.trainer import train
+from toy_task import SCRIPT, ToyConfig, ToyTask
 
 SETTINGS = ["dim=4", "width=16", "n_data=64", "batch_size=16", "threads=1", "progress=false",
             "ema_warmup=3", "lr=1e-2", "log_every=5", "ckpt_every=10", "max_steps=20"]  # fmt: skip
@@ -37,7 +37,7 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node",
            "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "-m", "linearizer.training.toy", str(tmp_path / "two"), "--set", *SETTINGS]  # fmt: skip
+           SCRIPT, str(tmp_path / "two"), "--set", *SETTINGS]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
 

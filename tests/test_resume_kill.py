@@ -1,6 +1,6 @@
 """Fault tolerance: SIGKILL at random points and resume, corrupt checkpoints, read-only folders.
 
-The killed run is a subprocess (``python -m linearizer.training.toy``); the reference is the
+The killed run is a subprocess (``python tests/toy_task.py``); the reference is the
 same training run uninterrupted in this process. Both use one thread, so the final weights,
 EMA and optimizer state must be bitwise equal.
 """
@@ -21,9 +21,9 @@ import torch
 
 from linearizer.training.checkpoint import checkpoint_path, latest_checkpoint, read_checkpoint
 from linearizer.training.config import apply_overrides
-from linearizer.training.toy import ToyConfig, ToyTask
 from linearizer.training.tracking import read_metrics
 from linearizer.training.trainer import train
+from toy_task import SCRIPT, ToyConfig, ToyTask
 
 SETTINGS = ["dim=4", "width=8", "n_data=40", "batch_size=8", "threads=1", "progress=false",
             "ema_warmup=3", "lr=1e-2", "log_every=1", "ckpt_every=3", "keep_last=2"]  # fmt: skip
@@ -31,7 +31,7 @@ STEPS = 60
 
 
 def toy_command(run: Path, *extra: str, resume: bool = False) -> list[str]:
-    cmd = [sys.executable, "-m", "linearizer.training.toy", str(run)]
+    cmd = [sys.executable, SCRIPT, str(run)]
     return cmd + (["--resume"] if resume else []) + ["--set", *SETTINGS, *extra]
 
 

@@ -12,9 +12,9 @@ import torch
 from linearizer.errors import LinearizerError
 from linearizer.training.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint
 from linearizer.training.config import TrainConfig, apply_overrides
-from linearizer.training.toy import ToyConfig, ToyTask
 from linearizer.training.tracking import make_tracker, read_metrics
 from linearizer.training.trainer import StepRandom, lr_at, resume_config, train
+from toy_task import ToyConfig, ToyTask
 
 BASE = ["dim=4", "width=8", "n_data=40", "batch_size=8", "threads=1", "progress=false",
         "ema_warmup=3", "lr=1e-2", "log_every=2"]  # fmt: skip

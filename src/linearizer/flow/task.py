@@ -10,8 +10,8 @@ from torch import Tensor, nn
 
 from ..data import save_grid
 from ..data.config import load_images as data_images
+from ..training.random_streams import StepRandom
 from ..training.runs import load_run, read_run_config, register_run_kind
-from ..training.trainer import StepRandom
 from .build import build_flow
 from .config import FlowConfig
 from .model import OneStepFlow

@@ -12,8 +12,8 @@ from ..data import save_grid
 from ..data.config import load_images as data_images
 from ..invertible.factory import build_network
 from ..operators.projector import ObliqueProjector, OrthogonalProjector
+from ..training.random_streams import StepRandom
 from ..training.runs import load_run, read_run_config, register_run_kind
-from ..training.trainer import StepRandom
 from .config import ProjectiveConfig
 from .ign import IGN, ign_loss
 from .model import ProjectiveModel, projective_loss, random_directions

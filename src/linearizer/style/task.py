@@ -22,8 +22,8 @@ from ..data import save_grid
 from ..errors import LinearizerError
 from ..io import read_json, write_json
 from ..metrics import psnr
+from ..training.random_streams import StepRandom
 from ..training.runs import load_run, read_run_config, register_run_kind
-from ..training.trainer import StepRandom
 from .bank import StyleModel, build_style_model
 from .config import StyleConfig
 from .images import SKIMAGE_PREFIX, image_name, list_images, load_image

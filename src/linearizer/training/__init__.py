@@ -10,7 +10,7 @@
 * :mod:`.distributed` — ``torchrun`` / DDP (gloo on CPU, NCCL on GPUs), batch sharding.
 * :mod:`.tracking` — ``metrics.jsonl`` always, trackio optionally.
 * :mod:`.model_folder` — ``save_pretrained`` / ``from_pretrained`` folders.
-* :mod:`.toy` — a tiny task for tests and ``torchrun`` checks.
+* :mod:`.random_streams` — :class:`StepRandom`, the per-step random draws.
 
 See :mod:`linearizer.training.trainer` for how a task plugs in.
 """
@@ -28,8 +28,9 @@ from .config import (
 )
 from .ema import EMA
 from .model_folder import from_pretrained, save_pretrained
+from .random_streams import StepRandom
 from .runs import Run, load_run
-from .trainer import StepRandom, Task, Trainer, TrainResult, resume_config, train
+from .trainer import Task, Trainer, TrainResult, resume_config, train
 
 __all__ = [
     "EMA",

@@ -1,14 +1,14 @@
-"""A tiny denoising task for the trainer's tests, benchmarks and ``torchrun`` checks.
+"""A tiny denoising task for the trainer's tests and ``torchrun`` checks (a test fixture).
 
 It has what real trainers have in small: a fixed dataset sampled by step, noise drawn through
-:class:`~linearizer.training.trainer.StepRandom`, a data-dependent layer initialised on the first
-batch (like ActNorm), and a shared sub-network used twice (like g_x and g_y).
+:class:`~linearizer.training.random_streams.StepRandom`, a data-dependent layer initialised on
+the first batch (like ActNorm), and a shared sub-network used twice (like g_x and g_y).
 
-Run it directly (also under ``torchrun``)::
+Run it as a script (also under ``torchrun``)::
 
-    python -m linearizer.training.toy runs/toy --set max_steps=50 batch_size=32
-    torchrun --standalone --nproc_per_node 2 -m linearizer.training.toy runs/toy2 --set ...
-    python -m linearizer.training.toy runs/toy --resume --set max_steps=100
+    python tests/toy_task.py runs/toy --set max_steps=50 batch_size=32
+    torchrun --standalone --nproc_per_node 2 tests/toy_task.py runs/toy2 --set ...
+    python tests/toy_task.py runs/toy --resume --set max_steps=100
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from ..errors import LinearizerError
-from .config import TrainConfig, apply_overrides, option
-from .trainer import StepRandom, resume_config, train
+from linearizer.errors import LinearizerError
+from linearizer.training.config import TrainConfig, apply_overrides, option
+from linearizer.training.random_streams import StepRandom
+from linearizer.training.trainer import resume_config, train
+
+SCRIPT = __file__  # run as ``python SCRIPT RUN --set ...`` (tests/toy_task.py)
 
 
 @dataclass
@@ -106,7 +109,7 @@ class ToyTask:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m linearizer.training.toy")
+    parser = argparse.ArgumentParser(prog="python tests/toy_task.py")
     parser.add_argument("run", help="run folder")
     parser.add_argument("--resume", action="store_true", help="continue the run in RUN")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides")
