@@ -24,3 +24,13 @@ print("python", platform.python_version(), "torch", torch.__version__,
       "cuda", torch.version.cuda, "gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
 PYEOF
 timeout 570 "$PY" benchmarks/gpu_check.py --out "$OUT" "$@" 2>&1 | tee "$OUT/gpu_check.log"
+
+# ----------------------------------------------------------------------------------------------
+# Colour step (separate from the MNIST check above): the `celeba` preset (64x64x3, D = 12,288;
+# the authors' CelebA configuration) on CelebA when $CELEBA_ROOT holds img_align_celeba/ and
+# list_eval_partition.txt, else on synthetic colour images of the same size: steps/s and peak
+# memory (with and without memory-saving backprop), B at T = 100 dense vs factored, one-step
+# throughput, a sample grid. Writes $OUT/celeba/ and $OUT/gpu_celeba.log. Skip: CELEBA_STEP=0.
+if [[ "${CELEBA_STEP:-1}" != 0 ]]; then
+  timeout 300 "$PY" benchmarks/gpu_celeba.py --out "$OUT/celeba" 2>&1 | tee "$OUT/gpu_celeba.log"
+fi

@@ -234,3 +234,22 @@ def test_projective_runs_project_colour_images(rgb_runs, preset, tmp_path):
     assert (out / "strip_noise.png").is_file()
     with Image.open(out / "strip_noise.png") as img:
         assert img.mode == "RGB"
+
+
+def test_gpu_celeba_step_runs_on_cpu(tmp_path):
+    """The prepared celeba GPU step's whole path on the CPU with a tiny network and synthetic
+    colour data, so a typo cannot waste a GPU lease."""
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_celeba.py"
+    cmd = [sys.executable, str(script), "--device", "cpu", "--tiny", "--steps", "1",
+           "--samples", "4", "--probe-steps", "1", "--out", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "gpu_celeba.json").read_text())
+    assert report["data"] == "synthetic-rgb" and report["train"]["steps"] == 1
+    assert report["config"]["data"]["dataset"] == "synthetic-rgb"
+    one = report["one_step"]
+    assert one["B_T100_factored_mib"] > 0 and (tmp_path / "samples.png").is_file()

@@ -132,3 +132,21 @@ def test_model_samples_and_inverts_through_either_form(model):
     cond = condition_number(b)
     assert cond == pytest.approx(condition_number(bd), rel=1e-8)
     assert rel(back, back_dense) <= 1e3 * EPS * cond
+
+
+def test_benchmark_quick_smoke(tmp_path):
+    """benchmarks/factored.py stays runnable (tiny shapes, no timing asserts)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "factored.py"
+    out = tmp_path / "f.json"
+    cmd = [sys.executable, str(script), "--quick", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert not any("error" in r for r in report["results"])
+    residuals = [r["relative_residual"] for r in report["results"] if "relative_residual" in r]
+    assert len(residuals) == 2 and max(residuals) <= 1e3 * EPS
