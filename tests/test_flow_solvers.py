@@ -183,3 +183,93 @@ def test_collapse_float32_accumulation_is_close():
 def test_collapse_rejects_bad_block(block):
     with pytest.raises(LinearizerError, match="block"):
         solvers.collapse(SmoothLoRA(), steps=5, block=block)
+
+
+# ----------------------------------------------------------------------------- T = 1000
+# The collapse evaluates A(t) once for all distinct times, in chunks of 256 (flow.solvers).
+# Above 256 distinct times (Euler at T > 257, RK4 at T > 128) more chunks are used, so the
+# paper's T = 1000 must be checked against a reference that evaluates A one time at a time.
+TINY = 4
+
+
+def textbook(op, steps: int, method: str, final: str) -> torch.Tensor:
+    """B from dense A(t) evaluated one time at a time (no chunks, no blocks): the reference."""
+    d, h = op.in_features, 1.0 / steps
+    eye = torch.eye(d, dtype=torch.float64)
+
+    def a(t):
+        return op.matrix(t, dtype=torch.float64)
+
+    def gen(t):
+        return (a(t) - eye) / (1 - t)
+
+    b = eye.clone()
+    for i in range(steps - 1):
+        t = i * h
+        l1, l2, l4 = gen(t), gen(t + h / 2), gen(t + h)
+        if method == "euler":
+            m = eye + h * l1
+        elif method == "rk4-authors":  # its own definition: I + h/6 [L(t) + 4 L(t+h/2) + L(t+h)]
+            m = eye + h / 6 * (l1 + 4 * l2 + l4)
+        else:
+            k1 = l1
+            k2 = l2 @ (eye + h / 2 * k1)
+            k3 = l2 @ (eye + h / 2 * k2)
+            k4 = l4 @ (eye + h * k3)
+            m = eye + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        b = m @ b
+    if final == "predict":  # the jump to the x1 prediction at exactly t = 1 - 1/T
+        b = a(1.0 - h) @ b
+    return b
+
+
+class TinyLoRA(SmoothLoRA):
+    def matrix(self, t=None, dtype=None):
+        u, v = self.factors(torch.tensor(float(t), dtype=torch.float64))
+        return u @ v.T
+
+
+@pytest.mark.parametrize("final", solvers.FINALS)
+@pytest.mark.parametrize(
+    "method, steps",
+    [("euler", 1000), ("rk4", 1000), ("rk4-authors", 1000),
+     ("euler", 258),  # 257 distinct times: a last chunk of one time
+     ("rk4", 129)],  # 257 distinct times with two per step
+)  # fmt: skip
+def test_collapse_equals_multi_step_and_textbook_at_many_steps(method, steps, final):
+    op = TinyLoRA(dim=TINY, rank=2, seed=7)
+    ref = textbook(op, steps, method, final)
+    z0 = torch.randn(3, TINY, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    b = solvers.collapse(op, steps=steps, method=method, final=final)
+    # rounding grows with the number of steps: ~T eps of B's scale
+    assert_near(b, ref, eps_factor=50 * steps)
+    multi = solvers.integrate(op, z0, steps=steps, method=method, final=final)
+    assert_near(multi, z0 @ ref.T, eps_factor=50 * steps)
+    assert_near(z0 @ b.T, multi, eps_factor=50 * steps)
+
+
+@pytest.mark.parametrize("method", solvers.METHODS)
+def test_dense_operator_path_at_many_steps(method):
+    """Operators without low-rank factors: A(t) evaluated per time, stepped on the identity."""
+    op = RegularFlow(seed=8)
+    steps = 300
+    got = solvers.collapse(op, steps=steps, method=method, final="predict")
+    assert_near(got, textbook(op, steps, method, "predict"), eps_factor=50 * steps)
+
+
+def test_final_predict_jumps_at_exactly_one_minus_h():
+    """The jump's time: the reference at 1 - 1/T, and a recording operator's times."""
+    asked: list[float] = []
+
+    class Recording(TinyLoRA):
+        def factors(self, t):
+            asked.extend(torch.as_tensor(t, dtype=torch.float64).reshape(-1).tolist())
+            return super().factors(t)
+
+    op = Recording(dim=TINY, rank=2, seed=9)
+    steps = 1000
+    skip = solvers.collapse(op, steps=steps, method="euler")
+    asked.clear()
+    pred = solvers.collapse(op, steps=steps, method="euler", final="predict")
+    assert 1.0 - 1.0 / steps in asked and max(asked) == 1.0 - 1.0 / steps
+    assert_near(pred, op.matrix(1.0 - 1.0 / steps) @ skip, eps_factor=1e3)
