@@ -22,7 +22,6 @@ batches of 500 inputs of one family (:func:`as_trained`).
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ from ..errors import LinearizerError
 from ..io import read_json, write_json, write_text
 from .config import ProjectiveConfig
 from .corrupt import CORRUPTIONS, corrupt
+from .ign import as_trained
 from .task import load_images, load_projective_run
 
 FAR_SCALE = 100.0
@@ -75,19 +75,6 @@ def input_families(cfg: ProjectiveConfig, n: int, seed: int = 0) -> dict[str, Te
     for name in CORRUPTIONS:
         fams[f"corrupt_{name}"] = corrupt(test, name, seed)
     return fams
-
-
-def as_trained(model: nn.Module) -> nn.Module:
-    """The map as it was trained: a copy with BatchNorm layers on batch statistics (IGN), or
-    ``model`` itself when it has none (ours). In eval mode BatchNorm would use running
-    statistics averaged over data, noise and generated batches alike, a map IGN never trained."""
-    if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        return model
-    twin = copy.deepcopy(model).eval()
-    for m in twin.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            m.train()
-    return twin
 
 
 @torch.no_grad()

@@ -31,6 +31,7 @@ torch.Size([2, 1, 16, 16])
 
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -136,3 +137,16 @@ def ign_loss(
     t = ign_terms(model, x, z, tight_clamp)
     loss = rec_weight * t["rec"] + idem_weight * t["idem"] + tight_weight * t["tight"]
     return loss, {f"{k}_l1": float(v.detach()) for k, v in t.items()}
+
+
+def as_trained(model: nn.Module) -> nn.Module:
+    """The map as it was trained: a copy with BatchNorm layers on batch statistics (IGN), or
+    ``model`` itself when it has none (ours). In eval mode BatchNorm would use running
+    statistics averaged over data, noise and generated batches alike, a map IGN never trained."""
+    if not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        return model
+    twin = copy.deepcopy(model).eval()
+    for m in twin.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.train()
+    return twin

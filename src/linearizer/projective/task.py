@@ -15,7 +15,7 @@ from ..operators.projector import ObliqueProjector, OrthogonalProjector
 from ..training.random_streams import StepRandom
 from ..training.runs import load_run, read_run_config, register_run_kind
 from .config import ProjectiveConfig
-from .ign import IGN, ign_loss
+from .ign import IGN, as_trained, ign_loss
 from .model import ProjectiveModel, projective_loss, random_directions
 
 KIND = "projective"
@@ -80,8 +80,6 @@ class ProjectiveTask:
                                match_weight=cfg.match_weight, directions=dirs)  # fmt: skip
 
     def on_eval(self, model: nn.Module, step: int, run_dir: Path) -> dict[str, object]:
-        from .evaluate import as_trained
-
         f = as_trained(model)
         noise = self.grid_noise.to(next(model.parameters()).device)
         y = f(noise)
