@@ -2,7 +2,8 @@
 induced SVD of its one-step generator (``linearizer svd``)."""
 
 from .claims import CLAIMS, THRESHOLDS
-from .common import Context, ReproOptions
+from .context import Context
+from .options import ReproOptions
 from .runner import check_flow_run, run_repro
 from .svd import GeneratorSVD, induced_svd, render_svd
 

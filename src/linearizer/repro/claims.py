@@ -1,6 +1,6 @@
 """The paper's claims, each measured on a trained one-step flow model.
 
-Every ``claim_*`` takes a :class:`~linearizer.repro.common.Context` and returns a dict with the
+Every ``claim_*`` takes a :class:`~linearizer.repro.context.Context` and returns a dict with the
 measured numbers plus ``paper`` (what the paper says), ``reference`` (the reduced-scale
 reproduction's figure), ``measured`` (one line), ``threshold`` (the rule applied) and
 ``verdict``. The thresholds live in :data:`THRESHOLDS`; a verdict never rounds a failure up.
@@ -26,7 +26,8 @@ from ..metrics import (
     ssim,
 )
 from ..operators.dense import Dense
-from .common import DATA, F64, NOISE, Context, db, finite, max_abs_err, max_rel_err, sci
+from .context import DATA, NOISE, Context
+from .numbers import F64, db, finite, max_abs_err, max_rel_err, sci
 
 #: Pass/fail rules of the verdicts (also printed in REPORT.md).
 THRESHOLDS = {
@@ -229,7 +230,7 @@ def claim_collapse_rk4_authors(ctx: Context) -> dict:
 def _perceptual(ctx: Context, a: Tensor, b: Tensor) -> dict:
     """LPIPS when piq is importable; otherwise SSIM and a LeNet-feature distance (named so)."""
     from ..flow.objective import make_distance, resolve_perceptual
-    from .common import ssim_window
+    from .numbers import ssim_window
 
     out: dict = {}
     if resolve_perceptual("auto") == "lpips":

@@ -11,7 +11,8 @@ from torch import Tensor
 
 from ..algebra import InducedSpace
 from ..invertible.base import Conditioned
-from .common import DATA, F64, Context
+from .context import DATA, Context
+from .numbers import F64
 from .plots import amplified, caption, new_figure, noise_view, save_figure, show_images
 
 

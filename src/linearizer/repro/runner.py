@@ -22,7 +22,8 @@ from ..training.checkpoint import latest_checkpoint
 from ..training.config import preset_names
 from . import figures as figs
 from .claims import CLAIMS, claim_generation
-from .common import Context, ReproOptions
+from .context import Context
+from .options import ReproOptions
 from .report import environment, render_report, terminal_table
 from .svd import induced_svd, render_svd
 

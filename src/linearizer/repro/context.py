@@ -1,11 +1,9 @@
-"""What every claim of the reproduction shares: options, the loaded model in two precisions,
-seeded noise, the test images, batched network passes and small numeric helpers."""
+"""What every claim of the reproduction shares: the loaded model in two precisions, its B
+matrices, seeded noise, the test images and batched network passes."""
 
 from __future__ import annotations
 
 import copy
-import math
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,49 +15,10 @@ from ..errors import LinearizerError
 from ..flow import solvers
 from ..flow.config import FlowConfig
 from ..flow.model import DATA, NOISE, OneStepFlow
+from .numbers import F64
+from .options import ReproOptions
 
-F64 = torch.float64
-
-
-@dataclass(frozen=True)
-class ReproOptions:
-    """Sizes of the checks. ``n``: pairs / samples / images of the exactness checks (these run
-    the networks in float64, ~15x slower than float32); ``fid_n``: samples of each FID set;
-    ``invert_n``: test images of the invertibility check (0 = the whole test set)."""
-
-    n: int = 256
-    fid_n: int = 10_000
-    invert_n: int = 0
-    steps: int = 100
-    long_steps: int = 1000
-    svd_k: int = 16
-    kid_subsets: int = 50
-    seed: int = 0
-    batch: int = 1000
-    quick: bool = False
-
-    def resolved(self) -> ReproOptions:
-        """``--quick`` caps every size so a smoke run evaluates in seconds."""
-        for name in ("n", "fid_n", "steps", "long_steps", "svd_k", "kid_subsets", "batch"):
-            if getattr(self, name) < 1:
-                raise LinearizerError(
-                    f"repro option {name} must be >= 1, got {getattr(self, name)}"
-                )
-        if self.steps < 2 or self.long_steps < 2:
-            raise LinearizerError("repro needs at least 2 sampler steps")
-        if not self.quick:
-            return self
-        return replace(
-            self,
-            n=min(self.n, 16),
-            fid_n=min(self.fid_n, 200),
-            invert_n=min(self.invert_n or 256, 256),
-            svd_k=min(self.svd_k, 8),
-            kid_subsets=min(self.kid_subsets, 5),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+__all__ = ["DATA", "F64", "NOISE", "Context"]
 
 
 class Context:
@@ -156,42 +115,3 @@ class Context:
 def _batched(fn, x: Tensor, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
     outs = [fn(x[i : i + batch].to(device, dtype)).cpu() for i in range(0, len(x), batch)]
     return torch.cat(outs)
-
-
-# --- numbers --------------------------------------------------------------------------------------
-
-
-def max_rel_err(a: Tensor, b: Tensor) -> float:
-    """Largest per-sample relative error ``|a_i - b_i| / |b_i|`` (computed in float64)."""
-    a, b = a.detach().to(F64).flatten(1), b.detach().to(F64).flatten(1)
-    num = (a - b).norm(dim=1)
-    den = b.norm(dim=1).clamp_min(1e-300)
-    return float((num / den).max())
-
-
-def max_abs_err(a: Tensor, b: Tensor) -> float:
-    return float((a.detach().to(F64) - b.detach().to(F64)).abs().max())
-
-
-def finite(x: float | None) -> float | None:
-    """JSON-safe number: ``inf`` (identical images) and NaN become None."""
-    if x is None or not math.isfinite(x):
-        return None
-    return float(x)
-
-
-def db(x: float | None) -> str:
-    return "identical" if x is None else f"{x:.1f} dB"
-
-
-def sci(x: float | None, digits: int = 1) -> str:
-    return "n/a" if x is None else f"{x:.{digits}e}"
-
-
-def ssim_window(shape: tuple[int, ...]) -> int:
-    """The standard 11x11 SSIM window, shrunk to the largest odd size that fits small images."""
-    side = min(shape[-2:])
-    return min(11, side if side % 2 else side - 1)
-
-
-__all__ = ["DATA", "NOISE", "Context", "ReproOptions", "max_abs_err", "max_rel_err"]
