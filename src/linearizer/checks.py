@@ -22,3 +22,13 @@ def check_image_batch(x: Tensor, shape: tuple[int, ...], what: str) -> None:
         got = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
         dims = ", ".join(map(str, shape))
         raise LinearizerError(f"{what} must have shape [N, {dims}], got {got}")
+
+
+def check_channels(x: Tensor, channels: int | None, what: str) -> None:
+    """Raise :class:`LinearizerError` unless ``x`` is ``[B, channels, H, W]`` (any channel count
+    when ``channels`` is None): the check of every invertible block."""
+    if not isinstance(x, Tensor) or x.dim() != 4:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise LinearizerError(f"{what} expects images [B, C, H, W], got {shape}")
+    if channels is not None and x.shape[1] != channels:
+        raise LinearizerError(f"{what} expects {channels} channels, got {x.shape[1]}")

@@ -5,17 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..checks import check_channels
 from ..errors import LinearizerError
 from .base import InvertibleModule
-
-
-def check_images(x: Tensor, channels: int | None, what: str) -> None:
-    """Raise :class:`LinearizerError` unless ``x`` is ``[B, channels, H, W]``."""
-    if not isinstance(x, Tensor) or x.dim() != 4:
-        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise LinearizerError(f"{what} expects images [B, C, H, W], got {shape}")
-    if channels is not None and x.shape[1] != channels:
-        raise LinearizerError(f"{what} expects {channels} channels, got {x.shape[1]}")
 
 
 class ActNorm(InvertibleModule):
@@ -53,7 +45,7 @@ class ActNorm(InvertibleModule):
     @torch.no_grad()
     def initialize_(self, x: Tensor) -> None:
         """Set bias and log-scale so that ``x`` is standardised per channel; mark initialised."""
-        check_images(x, self.channels, "ActNorm")
+        check_channels(x, self.channels, "ActNorm")
         values = x.detach().transpose(0, 1).reshape(self.channels, -1)
         if values.shape[1] < 2:
             raise LinearizerError("ActNorm initialisation needs at least 2 values per channel")
@@ -64,13 +56,13 @@ class ActNorm(InvertibleModule):
         self.initialized.fill_(1)
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
-        check_images(x, self.channels, "ActNorm")
+        check_channels(x, self.channels, "ActNorm")
         if self.training and not bool(self.initialized):
             self.initialize_(x)
         return (x + self.bias) * torch.exp(self.log_scale)
 
     def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
-        check_images(z, self.channels, "ActNorm")
+        check_channels(z, self.channels, "ActNorm")
         return z * torch.exp(-self.log_scale) - self.bias
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:  # noqa: ANN001
@@ -126,7 +118,7 @@ class FlagActNorm(InvertibleModule):
     @torch.no_grad()
     def initialize_(self, x: Tensor, cond: Tensor | None) -> None:
         """Standardise, per flag, the samples of ``x`` that carry exactly that flag."""
-        check_images(x, self.channels, "FlagActNorm")
+        check_channels(x, self.channels, "FlagActNorm")
         tau = self._flags(x, cond).reshape(-1)
         for k in (0, 1):
             part = x[tau == k]
@@ -139,14 +131,14 @@ class FlagActNorm(InvertibleModule):
         self.initialized.fill_(1)
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
-        check_images(x, self.channels, "FlagActNorm")
+        check_channels(x, self.channels, "FlagActNorm")
         if self.training and not bool(self.initialized):
             self.initialize_(x, cond)
         bias, log_scale = self._params(x, cond)
         return (x + bias) * torch.exp(log_scale)
 
     def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
-        check_images(z, self.channels, "FlagActNorm")
+        check_channels(z, self.channels, "FlagActNorm")
         bias, log_scale = self._params(z, cond)
         return z * torch.exp(-log_scale) - bias
 

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..checks import check_channels
 from ..errors import LinearizerError
-from .actnorm import check_images
 from .base import InvertibleModule
 
 
@@ -113,7 +113,7 @@ class InvConv1x1(InvertibleModule):
         return torch.linalg.solve_triangular(upper, x, upper=True)
 
     def _mix(self, x: Tensor, matrix: Tensor) -> Tensor:
-        check_images(x, self.channels, "InvConv1x1")
+        check_channels(x, self.channels, "InvConv1x1")
         return F.conv2d(x, matrix.to(x.dtype)[:, :, None, None])
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..checks import check_channels
 from ..errors import LinearizerError
-from .actnorm import check_images
 from .base import InvertibleModule
 
 UPDATES = ("first", "second")
@@ -73,7 +73,7 @@ class AffineCoupling(InvertibleModule):
 
     def _halves(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``(changed, kept)`` halves of ``x``."""
-        check_images(x, None, "AffineCoupling")
+        check_channels(x, None, "AffineCoupling")
         if x.shape[1] < 2:
             raise LinearizerError(f"AffineCoupling needs at least 2 channels, got {x.shape[1]}")
         half = x.shape[1] // 2

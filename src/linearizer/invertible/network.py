@@ -11,8 +11,9 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from ..checks import check_channels
 from ..errors import LinearizerError
-from .actnorm import ActNorm, FlagActNorm, check_images
+from .actnorm import ActNorm, FlagActNorm
 from .base import InvertibleModule, as_cond
 from .cnn import SmallCNN
 from .conv1x1 import InvConv1x1
@@ -103,7 +104,7 @@ class InvertibleNetwork(InvertibleModule):
         )
 
     def _prepare(self, x: Tensor, cond: float | Tensor | None) -> Tensor | None:
-        check_images(x, self.in_channels, type(self).__name__)
+        check_channels(x, self.in_channels, type(self).__name__)
         if self.squeeze is not None and (x.shape[2] % 2 or x.shape[3] % 2):
             raise LinearizerError(
                 f"{type(self).__name__} squeezes 2x2 and needs even height and width, "

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ..checks import check_channels
 from ..errors import LinearizerError
-from .actnorm import check_images
 from .base import InvertibleModule
 
 
@@ -22,7 +22,7 @@ class Squeeze(InvertibleModule):
     """
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
-        check_images(x, None, "Squeeze")
+        check_channels(x, None, "Squeeze")
         b, c, h, w = x.shape
         if h % 2 or w % 2:
             raise LinearizerError(f"Squeeze needs even height and width, got {h}x{w}")
@@ -30,7 +30,7 @@ class Squeeze(InvertibleModule):
         return x.reshape(b, 4 * c, h // 2, w // 2)
 
     def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
-        check_images(z, None, "Squeeze.inverse")
+        check_channels(z, None, "Squeeze.inverse")
         b, c4, h, w = z.shape
         if c4 % 4:
             raise LinearizerError(f"Squeeze.inverse needs a multiple of 4 channels, got {c4}")
