@@ -50,7 +50,7 @@ def _save_svd(model, out: Path) -> None:
     from ..data import save_grid
     from ..io import save_tensors
 
-    svd = model.as_linearizer().svd()
+    svd = model.generator.svd()
     v = svd.V_x.detach().float()
     flat = v.flatten(1)
     lo, hi = flat.min(1).values, flat.max(1).values

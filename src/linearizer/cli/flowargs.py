@@ -8,6 +8,7 @@ import copy
 import torch
 
 from ..errors import LinearizerError
+from ..flow.solvers import METHODS
 from .common import parse_dtype
 
 
@@ -17,7 +18,7 @@ def add_sampler_options(p: argparse.ArgumentParser, steps: int = 100) -> None:
     p.add_argument(
         "--method",
         default="euler",
-        choices=["euler", "rk4", "rk4-authors"],
+        choices=METHODS,
         help="solver (rk4-authors: the authors' first-order matrix)",
     )
     p.add_argument(
