@@ -1,0 +1,113 @@
+"""Every command of the README, run once on smoke runs (in-process, shared session runs).
+
+This is the "does the product still work" check a user would do by hand: each command exits 0
+and writes what it promises. Exactness is tested elsewhere; here the commands and their flags.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import write_png
+from linearizer.cli.main import build_parser, main
+from linearizer.training.checkpoint import latest_checkpoint
+from official_fixture import CKPT, needs_fixture
+
+
+def run_ok(*argv) -> None:
+    code = main([str(a) for a in argv])
+    assert code == 0, f"linearizer {' '.join(map(str, argv))} exited {code}"
+
+
+def test_every_command_has_help(capsys):
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert {"train", "sample", "invert", "interpolate", "svd", "repro", "project", "style",
+            "convert-official", "classifier", "info", "demo", "data"} <= set(commands)  # fmt: skip
+    for name in commands:
+        with pytest.raises(SystemExit) as exit_:
+            main([name, "--help"])
+        assert exit_.value.code == 0, name
+    assert "usage: linearizer" in capsys.readouterr().out
+
+
+def test_train_flow_options_dry_run_and_resume(smoke_flow_run, tmp_path, capsys):
+    run_ok("train", "flow", "--list-options")
+    run_ok("train", "flow", "--preset", "smoke", "--out", tmp_path / "dry", "--dry-run")
+    assert not (tmp_path / "dry").exists()
+    copy = tmp_path / "run"
+    shutil.copytree(smoke_flow_run, copy)
+    before = int(latest_checkpoint(copy).stem.split("_")[1])
+    run_ok("train", "flow", "--resume", copy, "--set", f"max_steps={before + 2}")
+    assert latest_checkpoint(copy).stem == f"ckpt_{before + 2:08d}"
+
+
+@pytest.mark.parametrize("mode", [[], ["--multi-step"]])
+def test_sample(smoke_flow_run, tmp_path, mode):
+    out = tmp_path / "s"
+    run_ok("sample", smoke_flow_run, "--steps", "10", "--method", "rk4", "--n", "4", "--out", out,
+           *mode)  # fmt: skip
+    with np.load(out / "samples.npz") as z:
+        assert z["samples"].shape[0] == 4
+    assert (out / "samples.png").is_file()
+
+
+def test_invert_and_interpolate(smoke_flow_run, tmp_path):
+    run_ok("invert", smoke_flow_run, "--steps", "10", "--out", tmp_path / "inv")
+    assert any((tmp_path / "inv").iterdir())
+    run_ok("interpolate", smoke_flow_run, "--steps", "10", "--n", "4", "--out", tmp_path / "int")
+    assert any(p.suffix == ".png" for p in (tmp_path / "int").iterdir())
+
+
+def test_svd(smoke_flow_run, tmp_path):
+    run_ok("svd", smoke_flow_run, "--steps", "10", "--k", "2", "--out", tmp_path / "svd")
+    assert any((tmp_path / "svd").iterdir())
+
+
+def test_repro_on_smoke_settings(smoke_flow_run, tmp_path):
+    quick = ["--quick", "--n", "8", "--fid-n", "32", "--invert-n", "8", "--steps", "10",
+             "--long-steps", "20", "--k", "2"]  # fmt: skip
+    run_ok("repro", smoke_flow_run, "--out", tmp_path / "r", *quick)
+    assert (tmp_path / "r" / "results.json").is_file() and (tmp_path / "r" / "REPORT.md").is_file()
+
+
+def test_projective_train_ign_and_project(smoke_projective_run, tmp_path):
+    run_ok("project", smoke_projective_run, "--n", "2", "--out", tmp_path / "p")
+    assert any((tmp_path / "p").iterdir())
+    run_ok("train", "projective", "--preset", "smoke", "--baseline", "ign",
+           "--set", "max_steps=2", "--out", tmp_path / "ign")  # fmt: skip
+    run_ok("project", tmp_path / "ign", "--n", "2", "--out", tmp_path / "pi")
+
+
+def test_style_commands(smoke_style_run, tmp_path):
+    run_ok("style", "apply", smoke_style_run, "--style", "red", "--out", tmp_path / "a.png")
+    run_ok("style", "mix", smoke_style_run, "--weights", "red=0.3,blue=0.7",
+           "--out", tmp_path / "m.png")  # fmt: skip
+    run_ok("style", "interpolate", smoke_style_run, "--from", "red", "--to", "blue", "--n", "3",
+           "--out", tmp_path / "i.png")  # fmt: skip
+    for name in ("a.png", "m.png", "i.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    content = write_png(tmp_path / "in" / "cat.png", 1)
+    style = write_png(tmp_path / "in" / "s.png", 2)
+    run_ok("style", "targets", "--content", content, "--style-image", f"red={style}",
+           "--out", tmp_path / "t", "--size", "16", "--steps", "1")  # fmt: skip
+    assert (tmp_path / "t" / "red" / "cat.png").is_file()
+
+
+@needs_fixture
+def test_convert_official_then_sample(tmp_path):
+    run_ok("convert-official", CKPT, "--out", tmp_path / "official")
+    run_ok("sample", tmp_path / "official", "--steps", "2", "--n", "1", "--out", tmp_path / "s")
+
+
+def test_info_demo_data_classifier(tmp_path, capsys):
+    run_ok("info")
+    run_ok("demo")
+    run_ok("data", "fetch", "--dataset", "mnist", "--dry-run", "--cache-dir", tmp_path)
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(SystemExit) as exit_:
+        main(["classifier", "--help"])
+    assert exit_.value.code == 0
