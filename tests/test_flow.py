@@ -241,3 +241,36 @@ def test_flow_run_resumes_bit_for_bit(tmp_path):
     for key in ("ema", "optimizer", "rng", "extra"):
         assert meta_a.get(key) == meta_b.get(key), key
     assert meta_a["ema"], "the EMA state (with its update counter) is checkpointed"
+
+
+@pytest.mark.parametrize(
+    "flags, kwargs",
+    [
+        (["--final", "predict", "--method", "rk4"], {"final": "predict", "method": "rk4"}),
+        (["--multi-step", "--method", "rk4-authors"], {"one_step": False, "method": "rk4-authors"}),
+        (
+            ["--dtype", "float64", "--form", "factored"],
+            {"dtype": torch.float64, "form": "factored"},
+        ),
+    ],
+)
+def test_sample_command_passes_its_flags_to_the_model(run, tmp_path, flags, kwargs):
+    """What ``linearizer sample`` writes equals ``OneStepFlow.sample`` with the same settings."""
+    x0 = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(5))
+    np.save(tmp_path / "noise.npy", x0.numpy())
+    argv = ["sample", str(run), "--out", str(tmp_path / "o"), "--steps", "12",
+            "--noise", str(tmp_path / "noise.npy"), *flags]  # fmt: skip
+    assert main(argv) == 0
+    got = torch.from_numpy(np.load(tmp_path / "o" / "samples.npz")["samples"])
+    model, _, _ = load_flow_run(run)
+    dtype = kwargs.pop("dtype", torch.float32)
+    if dtype == torch.float64:
+        model = copy.deepcopy(model).double()
+    with torch.no_grad():
+        want = model.sample(x0.to(dtype), steps=12, dtype=dtype, **kwargs).float()
+    assert_near(got, want, eps_factor=10)
+    other = {**kwargs, "final": "skip" if kwargs.get("final") == "predict" else "predict"}
+    with torch.no_grad():
+        assert (
+            rel_err(model.sample(x0.to(dtype), steps=12, dtype=dtype, **other).float(), got) > 1e-4
+        )
