@@ -19,9 +19,11 @@ from torch import Tensor
 from ..algebra import Linearizer
 from ..metrics import (
     classifier_stats,
+    coverage_share,
     fid_from_features,
     inception_fid,
     kid_from_features,
+    knn_radii,
     psnr,
     ssim,
 )
@@ -348,6 +350,7 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
     model = ctx.model
     z0 = ctx.encode(model, x0, NOISE)
     real_f = ctx.features(real)
+    real_radii = knn_radii(real_f, 3)  # improved precision/recall, k = 3 (as linearizer evaluate)
     sets: dict[str, dict] = {}
     for steps in (ctx.opts.steps, ctx.opts.long_steps):
         for one in (True, False):
@@ -364,6 +367,8 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
                 "classifier": classifier_stats(ctx.for_lenet(img), model=ctx.classifier),
             }
             if one:
+                sets[key]["precision"] = coverage_share(feats, real_f, real_radii)
+                sets[key]["recall"] = coverage_share(real_f, feats, knn_radii(feats, 3))
                 ctx.keep[f"samples_t{steps}"] = img[:64]
                 if steps == ctx.opts.steps:
                     ctx.keep[f"inception_input_t{steps}"] = ctx.for_lenet(img)
@@ -398,7 +403,9 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
         "reference": "T=1000 worse than T=100",
         "measured": f"T={t}: {one:.3f} one-step / {multi:.3f} multi-step; "
         f"T={tl}: {one_l:.3f} / {multi_l:.3f}"
-        + ("" if floor is None else f"; real-vs-real floor {floor:.3f}"),
+        + ("" if floor is None else f"; real-vs-real floor {floor:.3f}")
+        + f"; one-step T={t} precision {sets[f'one_step_t{t}']['precision']:.3f}, recall "
+        f"{sets[f'one_step_t{t}']['recall']:.3f}",
         "threshold": f"|FID one-step - FID multi-step| <= {rel:.0%} of the multi-step FID",
         "verdict": verdict,
         "passed": ok,
@@ -411,6 +418,8 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
         "inception_fid_note": inception_note,
         "kid_lenet_one_step": sets[f"one_step_t{t}"]["kid_lenet"],
         "mean_max_prob_one_step": sets[f"one_step_t{t}"]["classifier"]["mean_max_prob"],
+        "precision_one_step": sets[f"one_step_t{t}"]["precision"],
+        "recall_one_step": sets[f"one_step_t{t}"]["recall"],
         "mean_max_prob_test": sets["test_images"]["classifier"]["mean_max_prob"],
         "samples": n,
         "sets": sets,
