@@ -218,7 +218,8 @@ def collapse(
     >>> op = TimeLoRA(16, 2, emb_dim=8, hidden=16).double()
     >>> b = collapse(op, steps=12, method="rk4", block=5)
     >>> z0 = torch.randn(3, 16, dtype=torch.float64)
-    >>> bool(torch.allclose(z0 @ b.T, integrate(op, z0, steps=12, method="rk4"), atol=1e-12))
+    >>> bool(torch.allclose(z0 @ b.T, integrate(op, z0, steps=12, method="rk4"),
+    ...                    rtol=1e-12, atol=1e-12))
     True
     """
     return collapse_dense(Schedule(op, steps, method, final, dtype, block), callback)

@@ -29,7 +29,7 @@ class ActNorm(InvertibleModule):
     >>> y = norm(x).detach()             # first train-mode call: data-dependent start
     >>> bool(norm.initialized), abs(float(y.mean())) < 1e-6
     (True, True)
-    >>> bool(torch.allclose(norm.inverse(y), x, atol=1e-5))
+    >>> bool(torch.allclose(norm.inverse(y), x, rtol=1e-5, atol=1e-5))
     True
     """
 
@@ -92,7 +92,7 @@ class FlagActNorm(InvertibleModule):
     >>> y = norm(x, flags).detach()
     >>> [round(float(y[flags == k].mean()), 4) + 0.0 for k in (0, 1)]
     [0.0, 0.0]
-    >>> bool(torch.allclose(norm.inverse(y, flags), x, atol=1e-5))
+    >>> bool(torch.allclose(norm.inverse(y, flags), x, rtol=1e-5, atol=1e-5))
     True
     """
 

@@ -10,7 +10,7 @@ for every kernel size.
 >>> op = DepthwiseConv(channels=3, kernel_size=4, image_shape=(8, 8), init="random")
 >>> z, y = torch.randn(2, 192, dtype=torch.float64), torch.randn(2, 192, dtype=torch.float64)
 >>> op = op.double()
->>> bool(torch.allclose((op(z) * y).sum(), (z * op.transpose_apply(y)).sum()))
+>>> bool(torch.allclose((op(z) * y).sum(), (z * op.transpose_apply(y)).sum(), rtol=1e-12))
 True
 """
 

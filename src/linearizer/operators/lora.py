@@ -11,7 +11,7 @@ matrix is ever built except by :meth:`TimeLoRA.matrix`.
 >>> op = TimeLoRA(features=16, rank=2, emb_dim=8, hidden=32)
 >>> z, t = torch.randn(4, 16), torch.rand(4)
 >>> out = op(z, t)
->>> bool(torch.allclose(out[1], op.matrix(float(t[1])) @ z[1], atol=1e-5))
+>>> bool(torch.allclose(out[1], op.matrix(float(t[1])) @ z[1], rtol=1e-5, atol=1e-5))
 True
 """
 

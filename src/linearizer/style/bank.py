@@ -24,7 +24,7 @@ in-between indices, which obey no algebra.
 >>> x = torch.rand(1, 3, 8, 8, dtype=torch.float64)
 >>> mixed = bank.mix(x, {"a": 0.3, "b": 0.7})
 >>> induced = bank.space_y.lincomb([0.3, 0.7], [bank.stylise(x, 0), bank.stylise(x, 1)])
->>> bool(torch.allclose(mixed, induced, atol=1e-10))
+>>> bool(torch.allclose(mixed, induced, rtol=1e-10, atol=1e-10))
 True
 """
 

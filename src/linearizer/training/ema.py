@@ -14,7 +14,7 @@ weights instead of remembering the random initialisation.
 >>> ema.update(net)
 >>> with ema.applied(net):  # evaluate with the averaged weights, then swap back
 ...     averaged = net.weight.clone()
->>> bool(torch.allclose(averaged, net.weight - 0.9))
+>>> bool(torch.allclose(averaged, net.weight - 0.9, rtol=1e-6, atol=1e-6))
 True
 """
 
