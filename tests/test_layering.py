@@ -122,3 +122,26 @@ def test_no_import_cycles():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def package_table() -> str:
+    """The Markdown table of docs/architecture.md: each package, its layer, what it imports."""
+    deps: dict[str, set[str]] = {}
+    for module, imported in import_graph().items():
+        top = _top(module)
+        deps.setdefault(top, set()).update(_top(d) for d in imported if _top(d) != top)
+    rows = ["| layer | package | imports (inside linearizer) |", "|---|---|---|"]
+    for top in sorted(deps, key=lambda p: (layer_of(f"linearizer.{p}"), p)):
+        names = sorted(deps[top], key=lambda p: (layer_of(f"linearizer.{p}"), p))
+        shown = ", ".join(f"`{n}`" for n in names) or "-"
+        rows.append(f"| {layer_of(f'linearizer.{top}')} | `{top}` | {shown} |")
+    return "\n".join(rows)
+
+
+def _top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "linearizer"
+
+
+if __name__ == "__main__":  # python tests/test_layering.py: regenerate the architecture table
+    print(package_table())
