@@ -208,3 +208,30 @@ def test_restore_command_end_to_end(tmp_path):
     assert main(f"restore {run} --task nope --out {out}".split()) == 2
     np.save(bad, np.zeros((2, 5, 5), dtype=np.float32))
     assert main(f"restore {run} --task sr2 --input {bad} --out {out}".split()) == 2
+
+
+def test_range_map_reaches_the_gaussian_map():
+    """With a linear decoder c -> B c and H = I, the MAP of ``|B c - y|^2 / (2v) + |u|^2 / 2``
+    (c = mean + L u) solves a linear system; Adam gets there."""
+    from linearizer.restore.solvers import CoordPrior, range_map
+
+    gen = torch.Generator().manual_seed(0)
+    B = torch.randn(D, 3, generator=gen, dtype=torch.float64)
+    prior = CoordPrior(torch.tensor([0.5, -0.2, 0.1], dtype=torch.float64),
+                       torch.diag(torch.tensor([0.3, 0.2, 0.1], dtype=torch.float64)))  # fmt: skip
+    deg = make_degradation("denoise-0.2", SHAPE)
+    y = torch.randn(2, *SHAPE, generator=gen, dtype=torch.float64)
+    v = 0.5
+
+    def decode(c):
+        return (c @ B.T).reshape(-1, *SHAPE)
+
+    x, trace = range_map(decode, deg, y, prior.mean.expand(2, 3), prior, noise_var=v, steps=600)
+    # Normal equations in u: (L^T B^T B L / v + I) u = L^T B^T (y - B mean) / v
+    BL = B @ prior.chol
+    lhs = BL.T @ BL / v + torch.eye(3, dtype=torch.float64)
+    rhs = (y.flatten(1) - prior.mean @ B.T) @ BL / v
+    u = torch.linalg.solve(lhs, rhs.T).T
+    best = decode(prior.mean + u @ prior.chol.T)
+    assert trace[-1] < trace[0]
+    assert float(rel_norm(x - best, best).max()) < 1e-3

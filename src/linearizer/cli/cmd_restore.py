@@ -165,12 +165,12 @@ def _restore_and_save(args, prior, deg, y, truth, train, methods, facts, cfg, ou
     import math
 
     from ..io import write_bytes
-    from ..restore.evaluate import prior_mse, restore
+    from ..restore.evaluate import restore
     from ..restore.figures import save_strip_figure
-    from ..restore.report import LABELS, shown_observation
+    from ..restore.report import LABELS, prepare_prior, shown_observation
     from ..restore.solvers import consistency, fit_induced_operator, observed_rank
 
-    prior.prior_mse = prior_mse(prior.ours, train[:2000])
+    prepare_prior(prior, train)
     induced = None
     fit = train[-args.fit_n :]
     dim = math.prod(deg.image_shape)
@@ -188,6 +188,7 @@ def _restore_and_save(args, prior, deg, y, truth, train, methods, facts, cfg, ou
         iters=args.iters,
         noise_steps=args.noise_steps,
         noise_lam=args.noise_lam,
+        map_steps=args.map_steps,
         induced=induced,
         progress=lambda m: print(f"  {m} ..."),
     )
@@ -258,6 +259,7 @@ def run_report(args: argparse.Namespace) -> int:
         seed=args.seed,
         iters=args.iters,
         noise_steps=args.noise_steps,
+        map_steps=args.map_steps,
         fit_n=args.fit_n,
         runs=facts,
     )
@@ -277,6 +279,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iters", type=int, default=10, help="alternating-projection iterations")
     p.add_argument(
         "--noise-steps", type=int, default=100, help="Adam steps of the noise optimisation"
+    )
+    p.add_argument(
+        "--map-steps", type=int, default=50, help="Adam steps of the MAP on the range (range-map)"
     )
     p.add_argument(
         "--fit-n",

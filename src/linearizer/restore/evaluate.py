@@ -25,10 +25,12 @@ from torch import Tensor, nn
 
 from .degradations import Degradation
 from .solvers import (
+    CoordPrior,
     InducedOperator,
     alternating,
     consistency,
     noise_optimisation,
+    range_map,
     range_null_induced,
     rel_norm,
     wiener_weight,
@@ -43,8 +45,9 @@ METHODS = (
     "ddnm",
     "alternating",
     "induced-rns",
+    "range-map",
 )
-EXACT = ("ddnm", "alternating", "induced-rns")  # end with an exact consistency step
+EXACT = ("ddnm", "alternating", "induced-rns", "range-map")  # end with an exact consistency step
 
 
 @dataclass
@@ -57,6 +60,7 @@ class Prior:
     ign: nn.Module | None = None
     flow: nn.Module | None = None
     prior_mse: float = 0.0
+    coord_prior: CoordPrior | None = None
     flow_steps: int = 100
     flow_method: str = "euler"
 
@@ -71,6 +75,14 @@ class Prior:
         with torch.no_grad():
             return torch.cat([self.ours.decode(c) for c in w.split(BATCH)])
 
+    def coords(self, x: Tensor) -> Tensor:
+        with torch.no_grad():
+            return torch.cat([self.ours.coords(self.ours.encode(c)) for c in x.split(BATCH)])
+
+    def decode_coords(self, c: Tensor) -> Tensor:
+        """``g^-1(basis c)``, differentiable in ``c``."""
+        return self.ours.decode(self.ours.from_coords(c))
+
     def generator(self) -> Callable[[Tensor], Tensor]:
         """``f(z) = g_data^-1(B g_noise(z))``, differentiable in ``z``."""
         from ..flow.model import DATA, NOISE
@@ -83,6 +95,10 @@ class Prior:
             return flow.decode(flow.encode(z, NOISE) @ b.T, DATA)
 
         return f
+
+
+def _slices(n: int, size: int) -> list[slice]:
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
 def batched(model: nn.Module, x: Tensor) -> Tensor:
@@ -107,6 +123,7 @@ def restore(
     iters: int = 10,
     noise_steps: int = 100,
     noise_lam: float = 0.01,
+    map_steps: int = 50,
     induced: InducedOperator | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, float], dict[str, Any]]:
@@ -154,7 +171,7 @@ def restore(
             ],
         )
     prior_point = None
-    if "alternating" in methods or "induced-rns" in methods:
+    if "alternating" in methods or "induced-rns" in methods or "range-map" in methods:
 
         def run_alt() -> Tensor:
             nonlocal prior_point
@@ -166,6 +183,7 @@ def restore(
             return x
 
         timed("alternating", run_alt)
+        alt_secs = secs["alternating"]
         # Idempotence of P along the iterations, on a sub-batch (one more P per iteration).
         k = min(n, 100)
         sub = deg.select(slice(0, k))
@@ -173,8 +191,31 @@ def restore(
         extras["history"]["idempotence_max"] = h2.idempotence_max
         if "alternating" not in methods:
             del outs["alternating"], secs["alternating"]
+    if "range-map" in methods and prior.coord_prior is not None:
+
+        def run_map() -> Tensor:
+            c0 = prior.coords(prior_point)
+            noise_var = prior.prior_mse + deg.sigma**2
+            xs, traces = [], []
+            for sl in _slices(n, BATCH):
+                x, tr = range_map(
+                    prior.decode_coords,
+                    deg.select(sl),
+                    y[sl],
+                    c0[sl],
+                    prior.coord_prior,
+                    noise_var=noise_var,
+                    steps=map_steps,
+                )
+                xs.append(x)
+                traces.append(tr)
+            extras["map_trace"] = [sum(t) / len(t) for t in zip(*traces, strict=True)]
+            x = torch.cat(xs)
+            return deg.consistency_step(x, y, weight)
+
+        timed("range-map", run_map)
+        secs["range-map"] += alt_secs
     if "induced-rns" in methods and induced is not None:
-        t_alt = secs.get("alternating", 0.0)
 
         def run_rns() -> Tensor:
             return range_null_induced(
@@ -182,7 +223,7 @@ def restore(
             )
 
         timed("induced-rns", run_rns)
-        secs["induced-rns"] += t_alt  # it starts from the alternating projections' prior
+        secs["induced-rns"] += alt_secs  # it starts from the alternating projections' prior
     extras["weight"] = weight
     return outs, secs, extras
 

@@ -33,7 +33,16 @@ LABELS = {
     "ddnm": "DDNM (P prior)",
     "alternating": "alternating",
     "induced-rns": "induced RNS",
+    "range-map": "MAP on range",
 }
+
+
+def prepare_prior(prior: Prior, train: Tensor) -> None:
+    """The prior's error scale and its coordinates' Gaussian, from the first 2,000 ``train``."""
+    from .solvers import fit_coord_prior
+
+    prior.prior_mse = prior_mse(prior.ours, train[:2000])
+    prior.coord_prior = fit_coord_prior(prior.coords, train[:2000])
 
 
 def observe(deg: Degradation, truth: Tensor, seed: int) -> Tensor:
@@ -65,6 +74,7 @@ def run_task(
     seed: int = 0,
     iters: int = 10,
     noise_steps: int = 100,
+    map_steps: int = 50,
     methods: tuple[str, ...] = METHODS,
     log: Callable[[str], None] = print,
 ) -> tuple[dict[str, Any], dict[str, Tensor], Tensor, Degradation]:
@@ -93,6 +103,7 @@ def run_task(
         methods=methods,
         iters=iters,
         noise_steps=noise_steps,
+        map_steps=map_steps,
         induced=induced,
         progress=progress,
     )
@@ -150,6 +161,7 @@ def restore_report(
     seed: int = 0,
     iters: int = 10,
     noise_steps: int = 100,
+    map_steps: int = 50,
     fit_n: int = 3000,
     runs: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
@@ -164,7 +176,7 @@ def restore_report(
         raise LinearizerError(f"need more training images than pixels, got {len(train)}")
     out = Path(out)
     t_start = time.perf_counter()
-    prior.prior_mse = prior_mse(prior.ours, train[:2000])
+    prepare_prior(prior, train)
     n = len(truth)
     lenet = ref = None
     if classifier:
@@ -186,6 +198,7 @@ def restore_report(
             seed=seed,
             iters=iters,
             noise_steps=noise_steps,
+            map_steps=map_steps,
             log=log,
         )
         results["tasks"][task] = res
@@ -204,6 +217,7 @@ def restore_report(
         "seed": seed,
         "iters": iters,
         "noise_steps": noise_steps,
+        "map_steps": map_steps,
         "fit_n": fit_n,
         "prior_mse": prior.prior_mse,
         "runs": runs or {},

@@ -20,6 +20,12 @@ Ours, both built on exact operations:
   data term is exact only for that model, so a final exact pixel-space consistency step
   ``x <- x + H^+(y - H x)`` follows, which makes ``|H x - y|`` exact for linear ``H``.
 
+* :func:`range_map` — a MAP estimate on the fixed-point set itself, which the coordinates
+  ``c`` parametrise exactly (``x = g^-1(basis c)`` is a fixed point of ``P`` for every ``c``):
+  Gaussian prior on ``c`` (fitted on training digits), Gaussian misfit ``|H x(c) - y|^2``,
+  started from the alternating projections; then the same exact (or Wiener-relaxed)
+  consistency step. It is the one solver here that needs gradients.
+
 Baselines on the same inputs: ``H^+ y``; one projection ``P(H^+ y)`` (``linearizer project``);
 IGN's projection ``IGN(H^+ y)``; and noise optimisation through the one-step generator,
 ``min_z |H f(z) - y|^2 + lam |z|^2`` (:func:`noise_optimisation`, Asim et al. 2020 / CSGM).
@@ -183,6 +189,59 @@ def range_null_induced(
     w = op.pinv(w_obs) + op.null(encode(x_prior))
     x = decode(w.to(y.dtype))
     return deg.consistency_step(x, y, weight)
+
+
+# --- MAP on the fixed-point set -------------------------------------------------------------
+
+
+@dataclass
+class CoordPrior:
+    """Gaussian model ``N(mean, L L^T)`` of the data's coordinates ``c = coords(g(x))`` on the
+    fixed-point set (fitted on training digits by :func:`fit_coord_prior`)."""
+
+    mean: Tensor
+    chol: Tensor
+
+
+@torch.no_grad()
+def fit_coord_prior(coords_of: Map, images: Tensor) -> CoordPrior:
+    """Mean and Cholesky factor of the coordinates of ``images`` (a small ridge keeps it SPD)."""
+    c = coords_of(images).double()
+    cov = torch.cov(c.T) + 1e-9 * torch.eye(c.shape[1], dtype=c.dtype)
+    return CoordPrior(c.mean(0), torch.linalg.cholesky(cov))
+
+
+def range_map(
+    decode_coords: Map,
+    deg: Degradation,
+    y: Tensor,
+    c0: Tensor,
+    prior: CoordPrior,
+    *,
+    noise_var: float,
+    steps: int = 50,
+    lr: float = 0.05,
+) -> tuple[Tensor, list[float]]:
+    """MAP estimate on the model's fixed-point set, parametrised *exactly* by its coordinates:
+    every ``x = g^-1(basis c)`` satisfies ``P(x) = x``. Minimises
+    ``|H x(c) - y|^2 / (2 noise_var) + |u|^2 / 2`` over whitened coordinates
+    ``c = mean + L u`` by Adam from ``c0`` (e.g. the alternating projections' last point).
+    ``noise_var``: per-pixel variance of the observation's misfit (measurement noise plus the
+    prior's own error). Returns ``x(c)`` and the mean objective per step."""
+    mean, chol = prior.mean.to(c0), prior.chol.to(c0)
+    u0 = torch.linalg.solve_triangular(chol, (c0 - mean).T, upper=False).T
+    u = u0.clone().requires_grad_(True)
+    opt = torch.optim.Adam([u], lr=lr)
+    trace = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        r = deg.H(decode_coords(mean + u @ chol.T)) - y
+        per = r.flatten(1).square().sum(1) / (2 * noise_var) + 0.5 * u.square().sum(1)
+        per.sum().backward()
+        opt.step()
+        trace.append(float(per.detach().mean()))
+    with torch.no_grad():
+        return decode_coords(mean + u.detach() @ chol.T), trace
 
 
 # --- noise optimisation through the one-step generator ---------------------------------------
