@@ -61,3 +61,18 @@ def test_wrong_kind_missing_folder_and_unknown_pretrained_are_one_line(runs, tmp
         load_run(tmp_path / "missing")
     with pytest.raises(LinearizerError, match="no-such-model"):
         load_run("pretrained:no-such-model")
+
+
+def test_old_flat_overrides_and_nested_option_names(capsys):
+    from linearizer.training.config import render_options, resolve
+
+    old = resolve("flow", "smoke", ["hidden=16", "network=paper", "dataset=fashion-mnist"])
+    new = resolve("flow", "smoke", ["network.hidden=16", "network.kind=paper",
+                                     "data.dataset=fashion-mnist"])  # fmt: skip
+    assert old == new and old.network.hidden == 16 and old.hidden == 16  # old name reads through
+    with pytest.raises(LinearizerError, match="unknown config key 'hiddn'"):
+        resolve("flow", "smoke", ["hiddn=3"])
+    table = render_options(old)
+    assert "network.hidden" in table and "data.dataset" in table and "\n  hidden " not in table
+    assert main(["train", "projective", "--list-options"]) == 0
+    assert "network.blocks" in capsys.readouterr().out
