@@ -148,7 +148,18 @@ def bad(tmp_path_factory):
     return groups
 
 
-def _fails_cleanly(argv: list[str], capsys, path) -> None:
+# crafted files: the message must name the problem, not just fail somewhere later
+PROBLEM = {
+    "object.npy": "pickled", "object.npz": "pickled", "huge-claim.npy": "claims",
+    "huge-claim.npz": "claims", "truncated.npy": "holds only", "deep.json": "deeper",
+    "deep-object.json": "deeper", "list.json": "JSON object", "bomb.png": "pixels",
+    "huge-header.safetensors": "header claims", "deep.pth": "too deeply",
+    "huge-storage.pth": "holds 4 bytes", "strings.npy": "not numbers",
+    "complex.npy": "not numbers",
+}  # fmt: skip
+
+
+def _fails_cleanly(argv: list[str], capsys, path, bad_name: str | None = None) -> None:
     code = main([str(a) for a in argv])
     out = capsys.readouterr()
     err = out.err.strip()
@@ -156,6 +167,8 @@ def _fails_cleanly(argv: list[str], capsys, path) -> None:
     assert err.startswith("linearizer: error:") and "\n" not in err, err[-2000:]
     assert "Traceback" not in err
     assert path.name in err, f"the message does not name the file: {err}"
+    problem = PROBLEM.get(bad_name or path.name)
+    assert problem is None or problem in err, f"the message does not say {problem!r}: {err}"
 
 
 def _broken_run(src, tmp_path, relative: str, data: bytes | None):
@@ -241,7 +254,7 @@ RUN_COMMANDS = {
 def test_flow_run_config(smoke_flow_run, bad, command, name, tmp_path, capsys):
     data = None if name == "a-directory" else bad["json"][name].read_bytes()
     run, target = _broken_run(smoke_flow_run, tmp_path, "config.json", data)
-    _fails_cleanly(RUN_COMMANDS[command](run, tmp_path / "o"), capsys, target)
+    _fails_cleanly(RUN_COMMANDS[command](run, tmp_path / "o"), capsys, target, name)
 
 
 @pytest.mark.parametrize("name", sorted(SAFETENSORS_FILES))
@@ -264,7 +277,7 @@ def test_flow_run_checkpoint_sidecar(smoke_flow_run, bad, name, tmp_path, capsys
     for other in ckpts[:-1]:
         (run / "checkpoints" / other.name).unlink()
         (run / "checkpoints" / other.with_suffix(".safetensors").name).unlink(missing_ok=True)
-    _fails_cleanly(["sample", run, "--out", tmp_path / "o", "--steps", "2"], capsys, target)
+    _fails_cleanly(["sample", run, "--out", tmp_path / "o", "--steps", "2"], capsys, target, name)
 
 
 @pytest.mark.parametrize("name", sorted(JSON_FILES))
@@ -272,7 +285,7 @@ def test_projective_and_style_run_config(smoke_projective_run, smoke_style_run, 
                                          tmp_path, capsys):  # fmt: skip
     data = bad["json"][name].read_bytes()
     run, target = _broken_run(smoke_projective_run, tmp_path / "p", "config.json", data)
-    _fails_cleanly(["project", run, "--out", tmp_path / "o"], capsys, target)
+    _fails_cleanly(["project", run, "--out", tmp_path / "o"], capsys, target, name)
     run, target = _broken_run(smoke_style_run, tmp_path / "s", "config.json", data)
     argv = ["style", "apply", run, "--style", "red", "--out", tmp_path / "x.png"]
-    _fails_cleanly(argv, capsys, target)
+    _fails_cleanly(argv, capsys, target, name)

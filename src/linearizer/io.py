@@ -150,7 +150,7 @@ def read_json(path: str | os.PathLike, *, expect: type | None = dict) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise LinearizerError(f"corrupt JSON in {path}: {e}") from None
     if expect is not None and not isinstance(value, expect):
-        kind = "an object" if expect is dict else expect.__name__
+        kind = "object" if expect is dict else expect.__name__
         raise LinearizerError(f"{path} must hold a JSON {kind}, not {type(value).__name__}")
     return value
 
