@@ -4,9 +4,8 @@ The handlers (:class:`Explorer` and the ``*_views`` modules) are plain Python ov
 testable without Gradio; :func:`build_app` wires them into a Gradio page, importing Gradio only
 when called.
 
->>> # doctest: +SKIP
->>> from linearizer.explore import open_run, build_app, launch
->>> launch(build_app(open_run("runs/flow-cpu")), host="127.0.0.1", port=7860)
+>>> from linearizer.explore import open_run, build_app, launch  # doctest: +SKIP
+>>> launch(build_app(open_run("runs/flow-cpu")), host="127.0.0.1", port=7860)  # doctest: +SKIP
 """
 
 from .app import build_app, launch

@@ -3,9 +3,8 @@ linearizer[app]``). Only the tabs that apply to the run are built. Every handler
 (a non-image upload, one over the size limit, an out-of-range value) with a message in the page,
 and the server keeps serving.
 
->>> # doctest: +SKIP
->>> app = build_app(open_run("runs/flow-cpu"))
->>> app.launch(server_name="127.0.0.1", server_port=7860)
+>>> app = build_app(open_run("runs/flow-cpu"))  # doctest: +SKIP
+>>> app.launch(server_name="127.0.0.1", server_port=7860)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -56,10 +55,11 @@ def guarded(fn: Callable[..., tuple], n_pictures: int) -> Callable[..., tuple]:
     return handler
 
 
-def build_app(run: Any, *, k: int = 6, steps: int | None = None, method: str | None = None):
-    """A ``gr.Blocks`` page for ``run`` (a loaded run, or an :class:`Explorer` of one)."""
+def build_app(run: Any, **options: Any):
+    """A ``gr.Blocks`` page for ``run`` (a loaded run, or an :class:`Explorer` of one; ``options``
+    go to :class:`Explorer`)."""
     gr = gradio()
-    ex = run if isinstance(run, Explorer) else Explorer(run, k=k, steps=steps, method=method)
+    ex = run if isinstance(run, Explorer) else Explorer(run, **options)
     with gr.Blocks(title=f"linearizer explore: {ex.run.path}") as demo:
         gr.Markdown(f"## linearizer explore\n{ex.describe()}")
         with gr.Tabs():
@@ -304,11 +304,20 @@ def _style_tab(gr: Any, ex: Explorer, demo: Any) -> None:
                 for i, n in enumerate(s.styles)
             ]
 
+            beside = _image(gr, "index model (authors' design)") if s.index_model else None
+
             def mix(name: str, file: Any, a: float, *w: float) -> tuple:
                 x = content(name, file)
                 shown, styled, formula = s.mix(x, w, a)
-                return shown, styled, s.pure_styles(x), formula
+                if beside is None:
+                    return shown, styled, s.pure_styles(x), formula
+                try:
+                    other, note = s.index_beside(x, w)
+                except LinearizerError as e:
+                    other, note = None, str(e)
+                return shown, styled, s.pure_styles(x), other, f"{formula} Beside it: {note}."
 
+            outputs = [shown, result, pure, *([beside] if beside else []), text]
             gr.on(
                 [
                     demo.load,
@@ -317,9 +326,9 @@ def _style_tab(gr: Any, ex: Explorer, demo: Any) -> None:
                     strength.change,
                     *(w.change for w in weights),
                 ],
-                guarded(mix, 3),
+                guarded(mix, len(outputs) - 1),
                 [name, upload, strength, *weights],
-                [shown, result, pure, text],
+                outputs,
                 api_name="style_mix",
                 trigger_mode="always_last",
             )

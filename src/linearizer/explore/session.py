@@ -1,10 +1,10 @@
 """One explorer per loaded run: the handlers of the tabs that apply to it, built once.
 
->>> # doctest: +SKIP
->>> ex = Explorer(open_run("runs/flow-cpu"))
->>> ex.tabs
+>>> ex = Explorer(open_run("runs/flow-cpu"))  # doctest: +SKIP
+>>> ex.tabs  # doctest: +SKIP
 ['Generate', 'Walk', 'Invert & edit']
->>> one_step, multi_step, text = ex.flow.generate(seed=0, count=4, steps=100, method="euler")
+>>> out = ex.flow.generate(seed=0, count=4, steps=100, method="euler")  # doctest: +SKIP
+>>> one_step, multi_step, text = out  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -27,10 +27,17 @@ STYLE_TAB = "Style"
 
 class Explorer:
     """The tabs' handlers for ``run`` (any object with ``kind``, ``model``, ``config``,
-    ``step`` and ``path``). Flow runs compute ``B`` and its SVD here, once."""
+    ``step`` and ``path``). Flow runs compute ``B`` and its SVD here, once. ``index``: a style
+    run of the index model (``bank=index``) shown beside a style bank's mixtures."""
 
     def __init__(
-        self, run: Any, *, k: int = 6, steps: int | None = None, method: str | None = None
+        self,
+        run: Any,
+        *,
+        k: int = 6,
+        steps: int | None = None,
+        method: str | None = None,
+        index: Any = None,
     ) -> None:
         self.run = run
         self.kind = kind_of(run)
@@ -49,9 +56,13 @@ class Explorer:
             size = _img_size(cfg)
             self.projective = ProjectiveViews(model, (_channels(model), size, size))
         elif self.kind == "style":
-            self.style = StyleViews(model, _img_size(cfg), getattr(cfg, "content", []) or [])
+            content = getattr(cfg, "content", []) or []
+            index_model = None if index is None else index.model
+            self.style = StyleViews(model, _img_size(cfg), content, index_model)
         else:
             raise LinearizerError(f"{run.path}: a {self.kind} run has no explorer view")
+        if index is not None and self.style is None:
+            raise LinearizerError("an index model (--index) goes with a style bank run")
 
     @property
     def tabs(self) -> list[str]:
