@@ -240,6 +240,9 @@ def run_report(args: argparse.Namespace) -> int:
             f"(ign {args.ign}, flow {args.flow}) into {args.out}"
         )
         return 0
+    if args.noise_n < 0:
+        raise LinearizerError(f"--noise-n must be >= 0, got {args.noise_n}")
+    args.noise_n = args.noise_n or None
     prior, cfg, facts = _prior(args)
     from ..projective.task import load_images
 
@@ -259,6 +262,7 @@ def run_report(args: argparse.Namespace) -> int:
         seed=args.seed,
         iters=args.iters,
         noise_steps=args.noise_steps,
+        noise_n=args.noise_n,
         map_steps=args.map_steps,
         fit_n=args.fit_n,
         runs=facts,
@@ -330,4 +334,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(r)
     r.add_argument("--tasks", default="all", help="comma-separated tasks, or all")
     r.add_argument("--n", type=int, default=1000, help="test digits per task")
+    r.add_argument(
+        "--noise-n",
+        type=int,
+        default=200,
+        help="run the (slow) noise optimisation on the first NOISE_N digits only (0: all)",
+    )
     r.set_defaults(func=run_report)
