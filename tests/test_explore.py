@@ -16,7 +16,7 @@ from PIL import Image
 from linearizer.cli.main import main
 from linearizer.errors import LinearizerError
 from linearizer.explore import MAX_UPLOAD_BYTES, Explorer, open_run
-from linearizer.explore.images import drawing_array, read_upload, to_model_image
+from linearizer.explore.images import drawing_array, picture, read_upload, to_model_image
 from linearizer.style.images import save_image
 
 F64_EPS = torch.finfo(torch.float64).eps
@@ -33,8 +33,10 @@ def runs(tmp_path_factory):
     for i, path in enumerate(["cat.png", "t/red/cat.png", "t/blue/cat.png"]):
         img = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(i))
         save_image(img, root / "s" / path)
-    assert main(["train", "style", "--preset", "smoke", "--content", str(root / "s" / "cat.png"),
-                 "--styles", str(root / "s" / "t"), "--out", str(root / "style")]) == 0  # fmt: skip
+    for name, bank in (("style", "operators"), ("index", "index")):
+        content, styles = str(root / "s" / "cat.png"), str(root / "s" / "t")
+        assert main(["train", "style", "--preset", "smoke", "--content", content, "--styles",
+                     styles, "--out", str(root / name), "--set", f"bank={bank}"]) == 0  # fmt: skip
     return root
 
 
@@ -154,6 +156,24 @@ def test_style_mixing_is_linear_in_the_weights(runs):
         s.mix(x, [1.0], 1.0)
 
 
+def test_style_bank_beside_the_index_model(runs):
+    index = open_run(runs / "index")
+    ex = Explorer(open_run(runs / "style"), index=index)
+    s = ex.style
+    x = s.content("cat")
+    beside, note = s.index_beside(x, [1.0, 3.0])  # mean index 0.75 between styles 0 and 1
+    assert "t = 0.75" in note and beside.ndim == 3
+    with torch.no_grad():
+        want = picture(index.model.at_index(x, 0.75), min_side=192)
+    assert np.array_equal(want, beside)
+    _, got, _ = Explorer(index).style.at_index(x, 0.75)  # the index run's own tab agrees
+    assert np.array_equal(got, beside)
+    with pytest.raises(LinearizerError, match="positive sum"):
+        s.index_beside(x, [0.0, 0.0])
+    with pytest.raises(LinearizerError, match="goes with a style bank"):
+        Explorer(open_run(runs / "proj"), index=index)
+
+
 def test_missing_gradio_is_one_line(runs, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "gradio", None)  # as if not installed
     assert main(["explore", str(runs / "flow"), "--dry-run"]) == 2
@@ -262,3 +282,9 @@ def test_page_style(serve, runs):
     client = serve(open_run(runs / "style"))
     shown, styled, pure, text = client.predict("cat", None, 0.5, 1.0, 0.0, api_name="/style_mix")
     assert "0.50·(1.00·A[" in text and _read(pure).shape[1] > _read(pure).shape[0]
+    client = serve(Explorer(open_run(runs / "style"), index=open_run(runs / "index")))
+    *pictures, text = client.predict("cat", None, 1.0, 1.0, 1.0, api_name="/style_mix")
+    assert len(pictures) == 4 and "index model at t = 0.50" in text
+    client = serve(open_run(runs / "index"))
+    shown, styled, pure, text = client.predict("cat", None, 0.5, api_name="/style_index")
+    assert "t = 0.50" in text

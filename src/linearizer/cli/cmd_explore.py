@@ -20,7 +20,10 @@ def run(args: argparse.Namespace) -> int:
         from ..errors import LinearizerError
 
         raise LinearizerError(f"--port must be in 0..65535, got {args.port}")
-    explorer = Explorer(open_run(args.run), k=args.k, steps=args.steps, method=args.method)
+    index = open_run(args.index) if args.index else None
+    explorer = Explorer(
+        open_run(args.run), k=args.k, steps=args.steps, method=args.method, index=index
+    )
     print(f"{args.run}: {explorer.kind} run at step {explorer.run.step}; "
           f"tabs: {', '.join(explorer.tabs)}")  # fmt: skip
     if args.dry_run:
@@ -50,5 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--method", default=None, choices=["euler", "rk4"],
                    help="solver of that B (default: the run's sample_method)")  # fmt: skip
+    p.add_argument(
+        "--index",
+        default=None,
+        metavar="RUN",
+        help="style run of the index model (bank=index) shown beside a bank's mixtures",
+    )
     p.add_argument("--dry-run", action="store_true", help="load the run, list its tabs and exit")
     p.set_defaults(func=run)

@@ -23,8 +23,21 @@ from .images import picture, to_model_image
 class StyleViews:
     """Handlers of the Style tab; ``contents`` are the run's content images by name."""
 
-    def __init__(self, model: StyleModel, image_size: int, content: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        model: StyleModel,
+        image_size: int,
+        content: Sequence[str] = (),
+        index_model: IndexStyleNet | None = None,
+    ) -> None:
+        if index_model is not None and (
+            not isinstance(index_model, IndexStyleNet) or list(index_model.styles) != model.styles
+        ):
+            raise LinearizerError(
+                f"the index model must be a bank=index run with the styles {list(model.styles)}"
+            )
         self.model = model
+        self.index_model = index_model
         self.size = int(image_size)
         self.styles = list(model.styles)
         self.param = next(model.parameters())
@@ -72,6 +85,19 @@ class StyleViews:
             f"weights sum to {float(w.sum()):.2f}."
         )
         return picture(x, min_side=192), picture(out, min_side=192), text
+
+    @torch.no_grad()
+    def index_beside(self, x: Tensor, weights: Sequence[float]) -> tuple[np.ndarray, str]:
+        """The index model at the weights' mean index ``t = sum_s w_s s / sum_s w_s`` (styles at
+        0..S-1): the authors' way to blend, next to the bank's exact mixture."""
+        if self.index_model is None:
+            raise LinearizerError("no index model to compare with (linearizer explore --index RUN)")
+        w = torch.as_tensor([float(v) for v in weights], dtype=torch.float64)
+        if float(w.sum()) <= 0 or bool((w < 0).any()):
+            raise LinearizerError("the index model needs non-negative weights with a positive sum")
+        t = float((w * torch.arange(len(w), dtype=torch.float64)).sum() / w.sum())
+        out = self.index_model.at_index(x.to(next(self.index_model.parameters())), t)
+        return picture(out, min_side=192), f"index model at t = {t:.2f}"
 
     @torch.no_grad()
     def at_index(self, x: Tensor, t: float) -> tuple[np.ndarray, np.ndarray, str]:
