@@ -322,7 +322,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=16, help="number of images (at most)")
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
     p.add_argument(
-        "--noise-lam", type=float, default=0.01, help="weight of |z|^2 in the noise optimisation"
+        "--noise-lam",
+        type=float,
+        default=None,
+        help="weight of |z|^2 in the noise optimisation (None: sigma^2 with noise, else 0.003)",
     )
     p.set_defaults(func=run_restore)
 

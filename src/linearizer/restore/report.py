@@ -110,6 +110,8 @@ def run_task(
         progress=progress,
     )
     info["data_weight"] = extras["weight"]
+    if "noise_lam" in extras:
+        info["noise_lam"] = extras["noise_lam"]
     res: dict[str, Any] = {"info": info, "history": extras.get("history")}
     if "noise_trace" in extras:
         res["noise_trace"] = extras["noise_trace"][:: max(1, noise_steps // 20)]
@@ -210,7 +212,7 @@ def restore_report(
         )
         results["tasks"][task] = res
         rows = {"truth": truth[:8], "observed": shown_observation(deg.select(slice(0, 8)), y[:8])}
-        rows.update({LABELS[k]: v[:8] for k, v in outs.items()})
+        rows.update({LABELS[k]: outs[k][:8] for k in METHODS if k in outs})
         save_strip_figure(rows, out / f"strip_{task}.png", title=task)
     if lenet is not None:
         from ..metrics import fid_from_features, lenet_features
