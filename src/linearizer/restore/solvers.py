@@ -220,14 +220,16 @@ def range_map(
     *,
     noise_var: float,
     steps: int = 50,
-    lr: float = 0.05,
+    lr: float = 0.1,
 ) -> tuple[Tensor, list[float]]:
     """MAP estimate on the model's fixed-point set, parametrised *exactly* by its coordinates:
     every ``x = g^-1(basis c)`` satisfies ``P(x) = x``. Minimises
     ``|H x(c) - y|^2 / (2 noise_var) + |u|^2 / 2`` over whitened coordinates
     ``c = mean + L u`` by Adam from ``c0`` (e.g. the alternating projections' last point).
     ``noise_var``: per-pixel variance of the observation's misfit (measurement noise plus the
-    prior's own error). Returns ``x(c)`` and the mean objective per step."""
+    prior's own error). ``lr`` 0.1 in whitened units and 50 steps come from 40 *training*
+    digits (the objective is within a few per cent of its 150-step value). Returns ``x(c)`` and
+    the mean objective per step."""
     mean, chol = prior.mean.to(c0), prior.chol.to(c0)
     u0 = torch.linalg.solve_triangular(chol, (c0 - mean).T, upper=False).T
     u = u0.clone().requires_grad_(True)
