@@ -212,6 +212,18 @@ def test_project_input(smoke_projective_run, bad, name, tmp_path, capsys):
                    capsys, path)  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "group, name",
+    [("array", n) for n in sorted(ARRAY_FILES)] + [("image", n) for n in sorted(IMAGE_FILES)]
+    + [("array", "a-directory"), ("array", "missing")],
+)  # fmt: skip
+def test_restore_input(smoke_projective_run, bad, group, name, tmp_path, capsys):
+    path = bad[group][name]
+    argv = ["restore", smoke_projective_run, "--task", "sr2", "--input", path, "--methods",
+            "pinv", "--n", "2", "--out", tmp_path / "o"]  # fmt: skip
+    _fails_cleanly(argv, capsys, path)
+
+
 @pytest.mark.parametrize("name", sorted(IMAGE_FILES) + ["a-directory", "missing"])
 def test_style_apply_input(smoke_style_run, bad, name, tmp_path, capsys):
     path = bad["image"][name]

@@ -67,44 +67,12 @@ def _prior(args: argparse.Namespace):
     return prior, cfg, facts
 
 
-def _png(path: Path, shape: tuple[int, ...]) -> torch.Tensor:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as im:
-            arr = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
-    except (UnidentifiedImageError, OSError) as e:
-        raise LinearizerError(f"cannot read {path} as an image: {e}") from None
-    if arr.shape != tuple(shape[1:]):
-        raise LinearizerError(
-            f"{path} is {arr.shape[1]}x{arr.shape[0]} px; the model needs {shape[2]}x{shape[1]}"
-        )
-    return torch.from_numpy(arr)[None, None]
-
-
 def _file(path: Path, shape: tuple[int, ...]) -> torch.Tensor:
-    """Images ``[N, *shape]`` from a ``.npy`` (no pickles) or a PNG/JPEG file."""
-    if not path.is_file():
-        raise LinearizerError(f"no such input file: {path}")
-    if path.suffix.lower() != ".npy":
-        return _png(path, shape)
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise LinearizerError(f"cannot read {path} as a .npy array: {e}") from None
-    if not np.issubdtype(array.dtype, np.number):
-        raise LinearizerError(f"{path} holds {array.dtype} values, not numbers")
-    if array.ndim == len(shape) and shape[0] == 1:  # [N, H, W]: one channel
-        array = array[:, None]
-    if tuple(array.shape[1:]) != tuple(shape) or len(array) == 0:
-        want = ", ".join(map(str, shape))
-        raise LinearizerError(f"{path} must hold arrays [N, {want}], got {list(array.shape)}")
-    x = torch.from_numpy(np.ascontiguousarray(array)).to(torch.float32)
-    if array.dtype == np.uint8:
-        x = x / 255.0
-    if not torch.isfinite(x).all():
-        raise LinearizerError(f"{path} contains NaN or infinite values")
-    return x
+    """Images ``[N, *shape]`` from a ``.npy``/``.npz`` (no pickles) or a PNG/JPEG file, checked
+    like every user file (:func:`linearizer.cli.common.read_image_batch`)."""
+    from .common import read_image_batch
+
+    return read_image_batch(path, shape, "input file")
 
 
 def _methods(text: str) -> tuple[str, ...]:
