@@ -330,6 +330,8 @@ def render_report(results: dict[str, Any]) -> str:
             lines.append(f"| {label} | " + " | ".join(vals) + " |")
         lines.append("")
     lines += [
+        "FID (LeNet): against the last 10,000 training digits; on fewer samples (the noise "
+        "optimisation's rows) it is biased upwards and not comparable with the other rows. "
         "`*` ends with an exact consistency step (x ← x + H⁺(y − Hx); relaxed by the data "
         "weight when the observation is noisy). PSNR, SSIM, accuracy and FID on outputs "
         'clamped to [0, 1]; consistency on the raw outputs. "model consistency": in the '
