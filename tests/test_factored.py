@@ -92,6 +92,21 @@ def test_singular_values_and_pinv(op, final):
         assert float((pinv @ dense - eye).norm()) <= 1e3 * EPS * cond * D**0.5
 
 
+def test_top_singular_triplets(op):
+    fb = factored.collapse_factored(op, steps=8, method="rk4")
+    dense = fb.to_dense()
+    u, s, v = fb.svd(3)
+    ref = torch.linalg.svdvals(dense)
+    top = float(ref[0])
+    assert float((s - ref[:3]).abs().max()) <= 1e3 * EPS * top
+    assert float((dense @ v - u * s).abs().max()) <= 1e3 * EPS * top
+    eye = torch.eye(3, dtype=F64)
+    assert float((u.T @ u - eye).abs().max()) <= 1e3 * EPS
+    assert float((v.T @ v - eye).abs().max()) <= 1e3 * EPS
+    with pytest.raises(LinearizerError, match="k must be"):
+        fb.svd(0)
+
+
 def test_one_step_chooses_by_size(op):
     assert isinstance(factored.one_step(op, steps=6), torch.Tensor)  # D small: dense
     forced = factored.one_step(op, steps=6, form="factored")

@@ -13,9 +13,9 @@ What the factored form gives without ever forming ``D x D``:
 * ``apply`` (``B z``) and ``apply_transpose`` (``B^T z``) in ``2 D K`` operations per vector;
 * ``solve`` (``B^-1 z``) by Woodbury, ``(c I + U V^T)^-1 = (I - U S^-1 V^T) / c`` with the
   ``K x K`` core ``S = c I + V^T U`` (float64);
-* ``pinv`` and ``singular_values`` from one orthonormal basis ``Q`` of ``[U, V]``: ``B`` maps
-  ``span(Q)`` to itself through the ``2K x 2K`` core ``c I + (Q^T U)(Q^T V)^T`` and is ``c I`` on
-  the orthogonal complement.
+* ``pinv``, ``singular_values`` and the top singular triplets (``svd``) from one orthonormal
+  basis ``Q`` of ``[U, V]``: ``B`` maps ``span(Q)`` to itself through the ``2K x 2K`` core
+  ``c I + (Q^T U)(Q^T V)^T`` and is ``c I`` on the orthogonal complement.
 
 >>> from linearizer.operators.lora import TimeLoRA
 >>> op = TimeLoRA(64, 2, emb_dim=8, hidden=16).double()
@@ -113,6 +113,21 @@ class FactoredMatrix:
         sv = torch.linalg.svdvals(core)
         sv = torch.cat([sv, torch.full((rest,), abs(self.c), dtype=F64, device=sv.device)])
         return sv.sort(descending=True).values
+
+    def svd(self, k: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The top-``k`` singular triplets ``(U [D, k], S [k], V [D, k])`` of B (float64), from
+        the core; ``B v_i = s_i u_i``. Needs ``s_k > |c|`` (all singular values outside the
+        core's space equal ``|c|``, and their vectors are not unique)."""
+        q, core = self._basis()
+        if not 1 <= k <= q.shape[1]:
+            raise LinearizerError(f"k must be in 1..{q.shape[1]}, got {k}")
+        uc, s, vch = torch.linalg.svd(core)
+        if q.shape[1] < self.shape[0] and float(s[k - 1]) <= abs(self.c):
+            raise LinearizerError(
+                f"only {int((s > abs(self.c)).sum())} singular values of B exceed |c| = "
+                f"{abs(self.c):.3g}; ask for at most that many"
+            )
+        return q @ uc[:, :k], s[:k], q @ vch[:k].T
 
     def pinv(self, rcond: float = 1e-15) -> FactoredMatrix:
         """``B^+`` as a factored matrix (float64); singular values below ``rcond`` times the
