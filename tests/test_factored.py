@@ -137,6 +137,8 @@ def test_model_samples_and_inverts_through_either_form(model):
     dense = model.sample(x0, steps=8, form="dense")
     fact = model.sample(x0, steps=8, form="factored")
     assert rel(fact, dense) <= 1e3 * EPS * model.dim
+    # Below MIN_FACTORED_DIM "auto" is the dense B itself (MNIST-size results stay as they were).
+    assert model.one_step_operator(steps=8) is model.one_step_matrix(steps=8)
     b = model.one_step_operator(steps=8, form="factored")
     assert model.one_step_operator(steps=8, form="factored") is b  # cached
     x1 = torch.rand(2, *model.image_shape, dtype=F64)
