@@ -212,8 +212,10 @@ def summarize(results: list[dict]) -> list[str]:
             a = find(task="pinverse") if task == "invert" else None
             theirs = "-"
             if a:
-                theirs = f"{a['seconds_at_dim']:.3g} (est; {a['seconds']:.3g} at D = " \
-                         f"{a['case']['pinv_dim']})"
+                theirs = (
+                    f"{a['seconds_at_dim']:.3g} (est; {a['seconds']:.3g} at D = "
+                    f"{a['case']['pinv_dim']})"
+                )
             what = "B z" if task == "apply" else "B^-1 z"
             rows.append(f"| {what}, {batch} latents, {dtype} (s) | {sec(d)} | {sec(f)} | "
                         f"{theirs} | {ratio(d, f)} |")  # fmt: skip
