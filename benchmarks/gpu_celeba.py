@@ -6,7 +6,9 @@ factored (time, bytes, agreement of their samples), one-step sampling throughput
 
 CelebA is used when ``--celeba ROOT`` (or ``$CELEBA_ROOT``) holds ``img_align_celeba/`` and
 ``list_eval_partition.txt``; otherwise synthetic colour images (``synthetic-rgb``) of the same
-size, which exercise every code path and give the same speed and memory figures.
+size, which exercise every code path and give the same speed and memory figures. The first CelebA
+load decodes 162,770 JPEGs (minutes) into the dataset cache; carry a ``$LINEARIZER_DATA`` that
+already holds ``folders/celeba-*.npz`` from an earlier load to stay within the step's time.
 ``--device cpu --tiny --steps 2`` is a local smoke test of the same path.
 """
 

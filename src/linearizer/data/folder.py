@@ -34,6 +34,7 @@ import hashlib
 import io
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,16 +167,22 @@ def decode(path: Path, size: int, channels: int) -> tuple[np.ndarray, tuple[int,
 def build_array(
     root: Path, entries: list[Entry], size: int, channels: int, mixed_sizes: bool
 ) -> np.ndarray:
+    """Decode every entry (in threads: Pillow releases the GIL while decoding); the first
+    unreadable file, or the first whose size differs from the first file's, is the error."""
     out = np.empty((len(entries), channels, size, size), dtype=np.uint8)
-    first: tuple[str, tuple[int, int]] | None = None
-    for i, e in enumerate(entries):
-        out[i], original = decode(root / e.rel, size, channels)
-        if first is None:
-            first = (e.rel, original)
-        elif original != first[1] and not mixed_sizes:
-            (w0, h0), (w1, h1) = first[1], original
+
+    def one(i: int) -> tuple[int, int]:
+        out[i], original = decode(root / entries[i].rel, size, channels)
+        return original
+
+    workers = min(8, os.cpu_count() or 1, max(1, len(entries) // 64))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        originals = list(pool.map(one, range(len(entries))))  # re-raises in file order
+    for e, original in zip(entries, originals):
+        if original != originals[0] and not mixed_sizes:
+            (w0, h0), (w1, h1) = originals[0], original
             raise LinearizerError(
-                f"{root}: images of mixed sizes ({w0}x{h0} {first[0]}, {w1}x{h1} {e.rel}); "
+                f"{root}: images of mixed sizes ({w0}x{h0} {entries[0].rel}, {w1}x{h1} {e.rel}); "
                 "set data.mixed_sizes=true to crop each on its own"
             )
     return out
