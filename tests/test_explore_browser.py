@@ -45,14 +45,19 @@ def _smoke(tmp_path_factory, kind: str) -> str:
     return run
 
 
-@pytest.fixture(scope="module")
-def browser():
+def _chrome():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1280,1500"):  # fmt: skip
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(DRIVER), options=options)
+    return webdriver.Chrome(service=webdriver.ChromeService(DRIVER), options=options)
+
+
+@pytest.fixture
+def browser():
+    """A fresh browser per test (a sketch canvas drawn in an earlier page can shift the next)."""
+    driver = _chrome()
     yield driver
     driver.quit()
 
@@ -64,11 +69,15 @@ def _open(driver, run: str):
     demo = build_app(open_run(run))
     launch(demo, host="127.0.0.1", port=None, block=False)
     driver.get(demo.local_url)
+    # The sketch canvas sizes itself once; let the page's fonts settle the layout first.
+    loaded = "return document.readyState == 'complete' && document.fonts.status == 'loaded'"
+    WebDriverWait(driver, WAIT_S).until(lambda d: d.execute_script(loaded))
     return demo
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def page(browser, tmp_path_factory):
+    """The page of a flow run, its server closed after the test (one server at a time)."""
     run = os.environ.get("LINEARIZER_EXPLORE_RUN") or _smoke(tmp_path_factory, "flow")
     demo = _open(browser, run)
     yield browser
@@ -97,7 +106,7 @@ def _tab(driver, name: str) -> None:
     next(b for b in buttons if b.text.strip() == name).click()
 
 
-def test_generate_then_walk_changes_the_picture(page):
+def test_generate_walk_and_invert(page):
     wait = WebDriverWait(page, WAIT_S)
     wait.until(lambda d: d.find_elements(By.ID, "generate-button"))
     page.find_element(By.ID, "generate-button").click()
@@ -120,9 +129,7 @@ def test_generate_then_walk_changes_the_picture(page):
     assert after.shape == start.shape and not np.array_equal(after, start)
     _shot(page, "walk")
 
-
-def test_draw_and_invert(page):
-    wait = WebDriverWait(page, WAIT_S)
+    # draw a digit and invert it
     _tab(page, "Invert & edit")
     canvas = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "canvas"))[0]
     page.find_element(By.CSS_SELECTOR, "button[aria-label='Brush']").click()
