@@ -187,6 +187,20 @@ def test_explore_dry_run_lists_tabs(runs, capsys):
     assert "tabs: Project / restore" in out and "http://127.0.0.1:7860" in out
 
 
+def test_explore_a_pretrained_model(runs, tmp_path, monkeypatch, capsys):
+    """``pretrained:NAME`` opens like a run folder (a smoke run exported as a package asset)."""
+    pytest.importorskip("gradio", reason="pip install linearizer[app]")
+    from linearizer import pretrained
+
+    root = tmp_path / "assets"
+    pretrained.export(runs / "flow", "tiny", root, {"data_sha256": "0" * 64})
+    monkeypatch.setattr(pretrained, "asset_root", lambda: root)
+    monkeypatch.setitem(pretrained.ASSETS, "tiny", "tiny")
+    monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path / "cache"))
+    assert main(["explore", "pretrained:tiny", "--dry-run"]) == 0
+    assert "tabs: Generate, Walk, Invert & edit" in capsys.readouterr().out
+
+
 def test_open_run_errors(tmp_path):
     with pytest.raises(LinearizerError, match="no run kind|not a run folder"):
         open_run(tmp_path)
