@@ -55,6 +55,13 @@ def test_damaged_weights_are_refused(assets):
 def test_sample_command_opens_a_pretrained_model(assets, tmp_path, capsys):
     assert main(["sample", "pretrained:tiny", "--n", "4", "--out", str(tmp_path / "s")]) == 0
     assert (tmp_path / "s" / "samples.png").is_file()
+    for argv in (
+        ["invert", "pretrained:tiny", "--out", str(tmp_path / "i")],
+        ["interpolate", "pretrained:tiny", "--n", "3", "--out", str(tmp_path / "p")],
+        ["svd", "pretrained:tiny", "--k", "2", "--steps", "4", "--out", str(tmp_path / "v")],
+        ["repro", "pretrained:tiny", "--out", str(tmp_path / "r"), "--dry-run"],
+    ):
+        assert main(argv) == 0, argv
     assert main(["sample", "pretrained:nope", "--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown pretrained model 'nope'" in err[0]

@@ -9,13 +9,12 @@ from ..flow.solvers import METHODS
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from ..repro.runner import check_flow_run
     from ..repro.svd import induced_svd, render_svd
-    from ..training.runs import load_run
+    from ..training.runs import load_run, run_folder
 
-    check_flow_run(Path(args.run))
+    check_flow_run(run_folder(args.run))
     if args.dry_run:
         print(f"would render the SVD of {args.run} ({args.method}, T={args.steps}, "
               f"k={args.k}) into {args.out}")  # fmt: skip

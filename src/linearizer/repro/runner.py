@@ -33,7 +33,9 @@ Log = Callable[[str], None]
 def locate(target: str, out: Path) -> tuple[Path, str | None]:
     """``(run folder, preset or None)``: an existing folder is a run; a preset name trains into
     ``out/run``. Anything else is one clear error."""
-    path = Path(target)
+    from ..training.runs import run_folder
+
+    path = run_folder(target)  # pretrained:NAME resolves to its materialised run folder
     if path.exists():
         check_flow_run(path)
         return path, None
