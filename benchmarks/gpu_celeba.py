@@ -23,13 +23,11 @@ import time
 from pathlib import Path
 
 import torch
+from gpu_check import peak_mib, peak_reset, step_probe, sync
 
-from linearizer.flow.build import build_flow
-from linearizer.flow.objective import draw_noise, flow_loss
 from linearizer.flow.task import FlowTask, load_images
-from linearizer.invertible.dropout import set_dropout_seed
 from linearizer.io import write_json
-from linearizer.training.config import apply_overrides, resolve
+from linearizer.training.config import resolve
 from linearizer.training.trainer import train
 
 TINY = ["blocks=1", "hidden=8", "lora_emb=16", "lora_hidden=32", "img_size=8", "batch_size=4"]
@@ -40,50 +38,6 @@ def dataset_settings(root: str) -> tuple[list[str], str]:
     if root and (Path(root) / "img_align_celeba").is_dir():
         return ["dataset=celeba", f"data_root={root}"], "celeba"
     return ["dataset=synthetic-rgb"], "synthetic-rgb"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _peak_reset(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def _peak_mib(device: torch.device) -> float | None:
-    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-
-
-def step_probe(cfg, device: torch.device, memory_saving: bool, steps: int) -> dict:
-    """Steps/s and peak memory of plain training steps on a fresh 3-channel model."""
-    torch.manual_seed(0)
-    cfg = apply_overrides(cfg, [f"memory_saving={memory_saving}"])
-    model = build_flow(cfg, channels=3).to(device).train()
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    gen = torch.Generator(device=device).manual_seed(0)
-    x1 = torch.rand(cfg.batch_size, *model.image_shape, device=device, generator=gen)
-    with torch.no_grad():
-        model.encode(x1, 0.0)  # ActNorm start
-
-    def one(i: int) -> None:
-        set_dropout_seed(model, i)
-        loss, _ = flow_loss(model, x1, draw_noise(x1, gen), noise_level=cfg.noise_level)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    one(0)
-    _sync(device)
-    _peak_reset(device)
-    start = time.perf_counter()
-    for i in range(steps):
-        one(i + 1)
-    _sync(device)
-    return {"memory_saving": memory_saving, "batch": cfg.batch_size, "steps": steps,
-            "steps_per_s": steps / (time.perf_counter() - start),
-            "peak_mib": _peak_mib(device)}  # fmt: skip
 
 
 @torch.no_grad()
@@ -98,20 +52,20 @@ def one_step_figures(model, device: torch.device, n: int, out: Path) -> dict:
     images = {}
     for form in ("dense", "factored"):
         model._cache.clear()  # time the build, not the cache
-        _peak_reset(device)
-        _sync(device)
+        peak_reset(device)
+        sync(device)
         start = time.perf_counter()
         b = model.one_step_operator(steps=100, dtype=torch.float64, form=form)
-        _sync(device)
+        sync(device)
         res[f"B_T100_{form}_s"] = time.perf_counter() - start
-        res[f"B_T100_{form}_peak_mib"] = _peak_mib(device)
+        res[f"B_T100_{form}peak_mib"] = peak_mib(device)
         res[f"B_T100_{form}_mib"] = (b.nbytes if form == "factored" else b.numel() * 8) / 2**20
         parts = []
-        _sync(device)
+        sync(device)
         start = time.perf_counter()
         for chunk in noise.split(500):
             parts.append(model.sample(chunk, steps=100, dtype=torch.float64, form=form))
-        _sync(device)
+        sync(device)
         res[f"one_step_{form}_images_per_s"] = n / (time.perf_counter() - start)
         images[form] = torch.cat(parts).float()
         del b
@@ -156,13 +110,13 @@ def main(argv: list[str] | None = None) -> int:
 
     run = out / "run"
     shutil.rmtree(run, ignore_errors=True)
-    _peak_reset(device)
+    peak_reset(device)
     images, _ = load_images(cfg, "train")
     result = train(FlowTask(images), cfg, run)
     report["train"] = {"steps": result.step, "stopped": result.stopped, "loss": result.loss,
                        "seconds": result.seconds, "steps_per_s": result.steps_per_s,
                        "images_per_s": result.steps_per_s * cfg.batch_size,
-                       "peak_mib": _peak_mib(device)}  # fmt: skip
+                       "peak_mib": peak_mib(device)}  # fmt: skip
     print(json.dumps(report["train"]), flush=True)
     report["one_step"] = one_step_figures(result.model, device, args.samples, out)
     print(json.dumps(report["one_step"]), flush=True)

@@ -35,25 +35,26 @@ from linearizer.training.trainer import train
 TINY = ["blocks=1", "hidden=8", "lora_emb=16", "lora_hidden=32", "batch_size=8"]
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _peak_reset(device: torch.device) -> None:
+def peak_reset(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def _peak_mib(device: torch.device) -> float | None:
+def peak_mib(device: torch.device) -> float | None:
     return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
 
 
 def step_probe(cfg, device: torch.device, memory_saving: bool, steps: int) -> dict:
-    """Steps/s and peak memory of plain training steps on a fresh model (random images)."""
+    """Steps/s and peak memory of plain training steps on a fresh model (random images with the
+    data's channel count)."""
     torch.manual_seed(0)
     cfg = apply_overrides(cfg, [f"memory_saving={memory_saving}"])
-    model = build_flow(cfg).to(device).train()
+    model = build_flow(cfg, channels=cfg.data.channels).to(device).train()
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     gen = torch.Generator(device=device).manual_seed(0)
     x1 = torch.rand(cfg.batch_size, *model.image_shape, device=device, generator=gen)
@@ -68,15 +69,15 @@ def step_probe(cfg, device: torch.device, memory_saving: bool, steps: int) -> di
         opt.zero_grad(set_to_none=True)
 
     one(0)
-    _sync(device)
-    _peak_reset(device)
+    sync(device)
+    peak_reset(device)
     start = time.perf_counter()
     for i in range(steps):
         one(i + 1)
-    _sync(device)
+    sync(device)
     seconds = time.perf_counter() - start
     return {"memory_saving": memory_saving, "batch": cfg.batch_size, "steps": steps,
-            "steps_per_s": steps / seconds, "peak_mib": _peak_mib(device)}  # fmt: skip
+            "steps_per_s": steps / seconds, "peak_mib": peak_mib(device)}  # fmt: skip
 
 
 @torch.no_grad()
@@ -89,27 +90,27 @@ def sample_and_fid(model, cfg, device: torch.device, n: int, out: Path) -> dict:
     for steps in (100, 1000):
         for name, dtype in (("f64", torch.float64), ("f32", torch.float32)):
             model._cache.clear()  # time the build, not the cache
-            _sync(device)
+            sync(device)
             start = time.perf_counter()
             model.one_step_matrix(steps=steps, dtype=dtype)
-            _sync(device)
+            sync(device)
             res[f"B_T{steps}_euler_{name}_s"] = time.perf_counter() - start
     gen = torch.Generator(device=device).manual_seed(1)
     noise = torch.randn(n, *model.image_shape, device=device, generator=gen)
     parts = []
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     for chunk in noise.split(1000):
         parts.append(model.sample(chunk, steps=100).clamp(0, 1))
-    _sync(device)
+    sync(device)
     seconds = time.perf_counter() - start
     images = torch.cat(parts).float().cpu()
     save_grid(images[:64], out / "samples.png", scale=2)
     res.update({"samples": n, "one_step_images_per_s": n / seconds})
-    _sync(device)
+    sync(device)
     start = time.perf_counter()
     multi = model.sample(noise[:1000], steps=100, one_step=False)
-    _sync(device)
+    sync(device)
     res["multi_step_T100_images_per_s"] = min(n, 1000) / (time.perf_counter() - start)
     if model.image_shape[:2] == (1, 32):  # FID (LeNet) is defined on 32x32 grey digits only
         test, _ = load_images(cfg, "test")
@@ -158,12 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     # 2. the real training path (trainer, MNIST, the preset's objective), fixed step count
     run = Path(args.run) if args.run else out / "run"
     shutil.rmtree(run, ignore_errors=True)
-    _peak_reset(device)
+    peak_reset(device)
     result = train(FlowTask(), cfg, run)
     report["train"] = {"steps": result.step, "stopped": result.stopped, "loss": result.loss,
                        "seconds": result.seconds, "steps_per_s": result.steps_per_s,
                        "images_per_s": result.steps_per_s * cfg.batch_size,
-                       "peak_mib": _peak_mib(device)}  # fmt: skip
+                       "peak_mib": peak_mib(device)}  # fmt: skip
     print(json.dumps(report["train"]), flush=True)
     if (run / "metrics.jsonl").is_file():
         shutil.copy(run / "metrics.jsonl", out / "metrics.jsonl")
