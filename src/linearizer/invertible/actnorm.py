@@ -49,10 +49,9 @@ class ActNorm(InvertibleModule):
         values = x.detach().transpose(0, 1).reshape(self.channels, -1)
         if values.shape[1] < 2:
             raise LinearizerError("ActNorm initialisation needs at least 2 values per channel")
-        mean = values.mean(dim=1)
-        std = values.std(dim=1, unbiased=True)
-        self.bias.copy_(-mean.view_as(self.bias))
-        self.log_scale.copy_(-torch.log(std + 1e-6).view_as(self.log_scale))
+        bias, log_scale = _standardising(values)
+        self.bias.copy_(bias.view_as(self.bias))
+        self.log_scale.copy_(log_scale.view_as(self.log_scale))
         self.initialized.fill_(1)
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
@@ -125,9 +124,9 @@ class FlagActNorm(InvertibleModule):
             values = part.transpose(0, 1).reshape(self.channels, -1)
             if values.shape[1] < 2:
                 continue
-            std = values.std(dim=1, unbiased=True)
-            self.bias[k].copy_(-values.mean(dim=1).view(-1, 1, 1))
-            self.log_scale[k].copy_(-torch.log(std + 1e-6).view(-1, 1, 1))
+            bias, log_scale = _standardising(values)
+            self.bias[k].copy_(bias.view(-1, 1, 1))
+            self.log_scale[k].copy_(log_scale.view(-1, 1, 1))
         self.initialized.fill_(1)
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
@@ -144,3 +143,10 @@ class FlagActNorm(InvertibleModule):
 
     def extra_repr(self) -> str:
         return f"{self.channels}, flags=2"
+
+
+def _standardising(values: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-row ``(bias, log_scale)`` that map ``values [C, N]`` to zero mean and unit (unbiased)
+    standard deviation."""
+    std = values.std(dim=1, unbiased=True)
+    return -values.mean(dim=1), -torch.log(std + 1e-6)
