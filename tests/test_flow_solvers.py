@@ -41,29 +41,9 @@ def dense_a(op, t):
     return u @ v.T
 
 
-def generator(op, t):
-    return (dense_a(op, t) - torch.eye(D, dtype=torch.float64)) / (1 - t)
-
-
 def reference_matrix(op, steps, method):
     """Textbook propagators built from dense matrices: the independent reference."""
-    h, eye = 1.0 / steps, torch.eye(D, dtype=torch.float64)
-    b = eye.clone()
-    for i in range(steps - 1):
-        t = i * h
-        l1, l2, l4 = generator(op, t), generator(op, t + h / 2), generator(op, t + h)
-        if method == "euler":
-            m = eye + h * l1
-        elif method == "rk4-authors":
-            m = eye + h / 6 * (l1 + 4 * l2 + l4)
-        else:
-            k1 = l1
-            k2 = l2 @ (eye + h / 2 * k1)
-            k3 = l2 @ (eye + h / 2 * k2)
-            k4 = l4 @ (eye + h * k3)
-            m = eye + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-        b = m @ b
-    return b
+    return textbook(op, steps, method, "skip", matrix=dense_a)
 
 
 @pytest.mark.parametrize("method", solvers.METHODS)
@@ -192,13 +172,14 @@ def test_collapse_rejects_bad_block(block):
 TINY = 4
 
 
-def textbook(op, steps: int, method: str, final: str) -> torch.Tensor:
-    """B from dense A(t) evaluated one time at a time (no chunks, no blocks): the reference."""
+def textbook(op, steps: int, method: str, final: str, matrix=None) -> torch.Tensor:
+    """B from dense A(t) evaluated one time at a time (no chunks, no blocks): the reference.
+    ``matrix(op, t)`` gives the dense A(t) (default: the operator's own ``matrix``)."""
     d, h = op.in_features, 1.0 / steps
     eye = torch.eye(d, dtype=torch.float64)
 
     def a(t):
-        return op.matrix(t, dtype=torch.float64)
+        return matrix(op, t) if matrix else op.matrix(t, dtype=torch.float64)
 
     def gen(t):
         return (a(t) - eye) / (1 - t)
