@@ -234,10 +234,13 @@ def _rate_flow_run(label: str, run: Path, noise: Tensor, add) -> None:
 
     model, _, step = load_flow_run(run)
     for steps in (100, 1000):
-        _, build = _timed(lambda s=steps: model.one_step_matrix(steps=s, dtype=torch.float32))
-        with torch.no_grad():
-            x, dt = _batched(lambda c, s=steps: model.sample(c, steps=s), noise, 250)
-        add(label, f"one-step, B from T={steps} Euler", 2, x, dt, B_build_s=build, step=step)
+        for final in ("skip", "predict"):
+            kw = {"steps": steps, "final": final}
+            _, build = _timed(lambda kw=kw: model.one_step_matrix(**kw, dtype=torch.float32))
+            with torch.no_grad():
+                x, dt = _batched(lambda c, kw=kw: model.sample(c, **kw), noise, 250)
+            add(label, f"one-step, B from T={steps} Euler, final {final}", 2, x, dt,
+                B_build_s=build, step=step)  # fmt: skip
     with torch.no_grad():
         x, dt = _batched(lambda c: model.sample(c, steps=100, one_step=False), noise, 250)
     add(label, "multi-step Euler T=100 (latent)", 2, x, dt, step=step)
@@ -288,13 +291,14 @@ def plot(result: dict, folder: Path) -> list[Path]:
 
 
 def _short(method: str) -> str:
-    """A short point label: 'NFE 4', 'RK45', '1-step T=100', 'multi T=100'."""
+    """A short point label: 'NFE 4', 'RK45', '1-step T=100', '1-step T=100 pred', 'multi T=100'."""
     if method.startswith("Euler,"):
         return "NFE " + method.split()[1]
     if method.startswith("RK45"):
         return "RK45"
     if method.startswith("one-step"):
-        return "1-step " + method.split("T=")[1].split()[0]
+        label = "1-step T=" + method.split("T=")[1].split()[0]
+        return label + (" pred" if method.endswith("predict") else "")
     return "multi T=100"
 
 

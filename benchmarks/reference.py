@@ -1,7 +1,7 @@
 """The authors' algorithms for one-step flow matching, re-implemented over *our* model's weights.
 
-Written from the specification (/work/shared/reference/official/ARCHITECTURE.md §1-5 and
-/work/shared/research/paper-notes.md §2b), not from the authors' code. It computes the same
+Written from the specification (../shared/reference/official/ARCHITECTURE.md §1-5 and
+../shared/research/paper-notes.md §2b), not from the authors' code. It computes the same
 function as :class:`linearizer.flow.model.OneStepFlow` (checked by :func:`parity`), the way the
 official implementation computes it:
 

@@ -1,6 +1,6 @@
 """The authors' checkpoints: safe reading (nothing executes) and numerical parity with their code.
 
-Parity targets come from /work/shared/reference/official (golden.safetensors, computed by the
+Parity targets come from ../shared/reference/official (golden.safetensors, computed by the
 official code in eval mode). Tests needing that fixture skip with a reason when it is absent.
 """
 

@@ -67,7 +67,7 @@ def test_evaluate_flow_rows_and_reference_order(run):
     samplers = default_samplers(4, 8)
     results, samples = evaluate_flow(model, reference, samplers, opts, train_images=train_images)
     names = [row["name"] for row in results["rows"]]
-    assert names == ["T4", "T4-predict", "T8", "train", "uniform"]
+    assert names == ["T4", "T4-predict", "T8", "T8-predict", "train", "uniform"]
     train_row, uniform_row = results["rows"][-2:]
     # real images of the same kind are far closer to the reference than uniform noise
     assert train_row["fid_lenet"] < uniform_row["fid_lenet"]
@@ -75,7 +75,8 @@ def test_evaluate_flow_rows_and_reference_order(run):
     for row in results["rows"]:
         assert 0.0 <= row["precision"] <= 1.0 and 0.0 <= row["recall"] <= 1.0
         assert sum(row["class_histogram"]) == 48
-    assert set(samples) == {"T4", "T4-predict", "T8"} and samples["T4"].shape == (48, 1, 8, 8)
+    assert set(samples) == {"T4", "T4-predict", "T8", "T8-predict"}
+    assert samples["T4"].shape == (48, 1, 8, 8)
     assert markdown_table(results).count("\n") == 2 + len(names)
 
 
@@ -87,9 +88,9 @@ def test_evaluate_command_writes_results_and_grids(run, tmp_path):
     assert not out.exists()
     assert main(argv) == 0
     results = json.loads((out / "results.json").read_text())
-    assert [r["name"] for r in results["rows"]][:3] == ["T4", "T4-predict", "T6"]
+    assert [r["name"] for r in results["rows"]][:4] == ["T4", "T4-predict", "T6", "T6-predict"]
     assert "FID (LeNet)" in (out / "results.md").read_text()
-    for name in ("T4", "T4-predict", "T6"):
+    for name in ("T4", "T4-predict", "T6", "T6-predict"):
         assert (out / f"grid_{name}.png").stat().st_size > 0
 
 

@@ -217,12 +217,15 @@ def test_unknown_config_key_and_nan_loss_stop_cleanly(tmp_path, capsys):
     assert code == 2 and "non-finite" in err.lower()
 
 
-def test_flow_run_resumes_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["time_groups=3"]])
+def test_flow_run_resumes_bit_for_bit(tmp_path, extra):
     """8 steps straight, or 4 then resumed to 8: the same weights, EMA (and its counter),
-    optimizer state, random streams and task state, bit for bit."""
+    optimizer state, random streams and task state, bit for bit (also with times shared by
+    runs of rows)."""
     from linearizer.training.checkpoint import latest_checkpoint, read_checkpoint
 
-    common = ["progress=false", "ckpt_every=4", "ema_warmup=3", "log_every=1", "threads=1"]
+    common = ["progress=false", "ckpt_every=4", "ema_warmup=3", "log_every=1", "threads=1",
+              *extra]  # fmt: skip
 
     def cfg(steps):
         return resolve("flow", "smoke", [*common, f"max_steps={steps}"])
@@ -263,13 +266,14 @@ def test_sample_command_passes_its_flags_to_the_model(run, tmp_path, flags, kwar
     assert main(argv) == 0
     got = torch.from_numpy(np.load(tmp_path / "o" / "samples.npz")["samples"])
     model, _, _ = load_flow_run(run)
+    kwargs = {"final": "predict", **kwargs}  # the sample command's default last interval
     dtype = kwargs.pop("dtype", torch.float32)
     if dtype == torch.float64:
         model = copy.deepcopy(model).double()
     with torch.no_grad():
         want = model.sample(x0.to(dtype), steps=12, dtype=dtype, **kwargs).float()
     assert_near(got, want, eps_factor=10)
-    other = {**kwargs, "final": "skip" if kwargs.get("final") == "predict" else "predict"}
+    other = {**kwargs, "final": "skip" if kwargs["final"] == "predict" else "predict"}
     with torch.no_grad():
         assert (
             rel_err(model.sample(x0.to(dtype), steps=12, dtype=dtype, **other).float(), got) > 1e-4

@@ -6,7 +6,13 @@ import torch
 
 from linearizer.errors import LinearizerError
 from linearizer.flow.build import build_flow
-from linearizer.flow.objective import draw_times, gradient_loss, make_distance, ssim_value
+from linearizer.flow.objective import (
+    draw_times,
+    gradient_loss,
+    group_times,
+    make_distance,
+    ssim_value,
+)
 from linearizer.invertible.actnorm import FlagActNorm
 from linearizer.metrics import ssim
 from linearizer.operators.lora import TimeLoRA
@@ -55,6 +61,32 @@ def test_basis_operator_matches_its_dense_matrix():
         torch.testing.assert_close(out[i], dense @ z[i], rtol=1e3 * EPS, atol=1e3 * EPS)
     with pytest.raises(LinearizerError, match="basis"):
         TimeLoRA(12, 3, basis=-1)
+
+
+@pytest.mark.parametrize("basis", [0, 4])
+def test_rows_that_share_a_time_share_its_factors(basis):
+    op = TimeLoRA(12, 3, emb_dim=8, hidden=16, basis=basis).double()
+    gen = torch.Generator().manual_seed(1)
+    z = torch.randn(7, 12, generator=gen, dtype=torch.float64)
+    t = group_times(torch.rand(7, generator=gen, dtype=torch.float64), 3)
+    assert torch.unique_consecutive(t).numel() == 3
+    for apply in (op, op.transpose_apply):
+        out = apply(z, t)
+        for i in range(7):
+            row = apply(z[i : i + 1], float(t[i]))[0]
+            torch.testing.assert_close(out[i], row, rtol=1e3 * EPS, atol=1e3 * EPS)
+    grad = torch.autograd.grad(op(z, t).square().sum(), list(op.parameters()), allow_unused=True)
+    assert any(g is not None and g.abs().sum() > 0 for g in grad)
+
+
+def test_group_times_keeps_rows_and_draws():
+    t = torch.arange(10.0)
+    assert group_times(t, 0) is t and group_times(t, 10) is t
+    assert group_times(t, 4).tolist() == [0, 0, 0, 3, 3, 3, 6, 6, 6, 9]
+    cfg = resolve("flow", "smoke", ["time_groups=2"])
+    assert cfg.time_groups == 2
+    with pytest.raises(LinearizerError, match="time_groups"):
+        resolve("flow", "smoke", ["time_groups=-1"])
 
 
 def test_ssim_loss_agrees_with_the_metric_and_gradient_loss_sees_edges():

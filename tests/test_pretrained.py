@@ -73,12 +73,13 @@ def test_from_pretrained_returns_the_model_in_eval_mode(assets):
     assert model.sample(torch.randn(2, 1, 8, 8), steps=4).shape == (2, 1, 8, 8)
 
 
-def test_shipped_mnist_model_verifies_and_samples(monkeypatch, tmp_path):
+@pytest.mark.parametrize("name", ["mnist", "mnist-r16"])
+def test_shipped_mnist_models_verify_and_sample(monkeypatch, tmp_path, name):
     monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path))
-    meta = pretrained.verify("mnist")
-    assert meta["kind"] == "flow" and meta["dtype"] == "float16"
-    weights, _ = pretrained.asset_paths("mnist")
+    meta = pretrained.verify(name)
+    assert meta["kind"] == "flow" and meta["dtype"] == "float16" and meta["name"] == name
+    weights, _ = pretrained.asset_paths(name)
     assert weights.stat().st_size <= 10 * 2**20
-    model = pretrained.from_pretrained("mnist")
+    model = pretrained.from_pretrained(name)
     x = model.sample(torch.randn(4, 1, 32, 32, generator=torch.Generator().manual_seed(0)))
     assert x.shape == (4, 1, 32, 32) and bool(torch.isfinite(x).all())

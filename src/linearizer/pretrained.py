@@ -10,7 +10,7 @@ and loader that opens a run opens it: ``linearizer sample pretrained:mnist --n 6
 ``$LINEARIZER_DATA``, else ``$XDG_CACHE_HOME/linearizer``, else ``~/.cache/linearizer``.
 
 >>> available()
-['mnist']
+['mnist', 'mnist-r16']
 >>> model = from_pretrained("mnist")                    # doctest: +SKIP
 >>> model.sample(torch.randn(8, 1, 32, 32)).shape        # doctest: +SKIP
 torch.Size([8, 1, 32, 32])
@@ -35,7 +35,7 @@ from .io import load_tensors, read_json, save_tensors, write_json
 
 FORMAT = "linearizer.pretrained/1"
 # name -> asset file stem in linearizer/assets
-ASSETS = {"mnist": "flow_mnist"}
+ASSETS = {"mnist": "flow_mnist", "mnist-r16": "flow_mnist_r16"}
 
 
 def available() -> list[str]:

@@ -1,5 +1,5 @@
 """``linearizer evaluate RUN``: FID/KID (LeNet), precision/recall and LeNet confidence of a flow
-run's one-step samples, for three samplers, with reference rows; writes results.json,
+run's one-step samples, for four samplers, with reference rows; writes results.json,
 results.md and one grid per sampler."""
 
 from __future__ import annotations
@@ -96,9 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "evaluate", help="sample quality of a flow run: FID/KID (LeNet), precision/recall",
         description="Draw --n one-step samples from RUN (a flow run folder, a converted "
-        "authors' run or pretrained:NAME) for three samplers (T = --steps, the same with the "
-        "last interval replaced by the jump to the prediction, T = --long-steps) and measure "
-        "them against the test images on our LeNet's features: FID (LeNet), KID (LeNet), "
+        "authors' run or pretrained:NAME) for four samplers (T = --steps and T = --long-steps, "
+        "each with the last interval skipped and replaced by the jump to the prediction) and "
+        "measure them against the test images on our LeNet's features: FID (LeNet), KID (LeNet), "
         "improved precision/recall (k-NN balls), mean confidence and predicted-class "
         "histogram. Reference rows: training images and uniform noise.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="interpolate between two real images",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_sampler_options(p, steps=100)
+    add_sampler_options(p)
     p.add_argument("--pair", default="0,1", help="two indices into the test split")
     p.add_argument("--n", type=int, default=10, help="frames, endpoints included")
     p.add_argument(

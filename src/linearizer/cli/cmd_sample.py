@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     save_grid(x[:64].clamp(0, 1), out / "samples.png", nrow=8, scale=2)
     atomic_write(out / "samples.npz", lambda tmp: _save_npz(tmp, x.numpy()))
     print(
-        f"{len(x)} {mode} samples ({args.method}, T={args.steps}, {args.dtype}) in "
+        f"{len(x)} {mode} samples ({args.method}, T={args.steps}, final {args.final}, "
+        f"{args.dtype}) in "
         f"{seconds:.1f} s -> {out / 'samples.npz'}, {out / 'samples.png'}"
     )
     return 0
@@ -67,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="generate images from a flow run",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_sampler_options(p)
+    add_sampler_options(p, final="predict")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--one-step", action="store_true", help="one matrix product (default)")
     mode.add_argument("--multi-step", action="store_true", help="run the solver step by step")

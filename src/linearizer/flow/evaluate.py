@@ -15,7 +15,7 @@ the classifier sees them, as in every grid. Nothing here depends on the CLI; the
 ``linearizer evaluate`` (``cli/cmd_evaluate.py``) adds loading and writing.
 
 >>> [s.name for s in default_samplers()]
-['T100', 'T100-predict', 'T1000']
+['T100', 'T100-predict', 'T1000', 'T1000-predict']
 """
 
 from __future__ import annotations
@@ -53,11 +53,12 @@ class Sampler:
 
 
 def default_samplers(steps: int = 100, long_steps: int = 1000, method: str = "euler"):
-    """The three rows of every evaluation: T, T with ``final="predict"``, and a long T."""
+    """The four rows of every evaluation: T and a long T, each with the last interval skipped
+    (the authors' grid) and replaced by the jump to the prediction (``final="predict"``)."""
     return [
-        Sampler(f"T{steps}", steps, method, "skip"),
-        Sampler(f"T{steps}-predict", steps, method, "predict"),
-        Sampler(f"T{long_steps}", long_steps, method, "skip"),
+        Sampler(f"T{t}{suffix}", t, method, final)
+        for t in (steps, long_steps)
+        for suffix, final in (("", "skip"), ("-predict", "predict"))
     ]
 
 

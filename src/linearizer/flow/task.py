@@ -15,7 +15,14 @@ from ..training.runs import load_run, read_run_config, register_run_kind
 from .build import build_flow
 from .config import FlowConfig
 from .model import OneStepFlow
-from .objective import draw_noise, draw_times, flow_loss, make_distance, resolve_perceptual
+from .objective import (
+    draw_noise,
+    draw_times,
+    flow_loss,
+    group_times,
+    make_distance,
+    resolve_perceptual,
+)
 
 
 def load_images(cfg: FlowConfig, split: str = "train") -> tuple[Tensor, Tensor]:
@@ -50,7 +57,7 @@ class FlowTask:
         times = draw_times(self.cfg.time_sampling, lambda: rng.rand(like=x1),
                            lambda: rng.randn(like=x1))  # fmt: skip
         draws = {
-            "t": times,
+            "t": group_times(times, self.cfg.time_groups),
             "x0": rng.randn(*shape, like=x1),
             "n0": rng.randn(*shape, like=x1),
             "n1": rng.randn(*shape, like=x1),

@@ -144,7 +144,7 @@ def cpu_network(
 ) -> InvertibleNetwork:
     """The network of the CPU presets: :class:`SmallCNN` conditioners, zero-initialised.
 
-    Defaults follow /work/shared/research/cpu-calibration.md: 2 blocks and 32 hidden channels
+    Defaults follow ../shared/research/cpu-calibration.md: 2 blocks and 32 hidden channels
     were best for ~30 min on 2 cores, with the log-scale soft-clamped as ``2 tanh(l / 2)``.
 
     >>> import torch

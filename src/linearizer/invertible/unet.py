@@ -1,6 +1,6 @@
 """The paper's coupling conditioner: a small time-conditioned U-Net, and the paper's network.
 
-Written from the specification /work/shared/reference/official/ARCHITECTURE.md §3 (the authors
+Written from the specification ../shared/reference/official/ARCHITECTURE.md §3 (the authors
 use a DDPM++-style U-Net; this is an independent implementation of the same computation).
 
 * Time flag tau -> 16 sinusoidal features (frequencies ``(1e-4)^(k/(n-1))``, sin half first)

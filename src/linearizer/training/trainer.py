@@ -362,7 +362,11 @@ class Trainer:
             tracker = make_tracker(cfg.tracker, self.run_dir, cfg.to_dict(),
                                    cfg.tracker_project, env.is_main)  # fmt: skip
             self._status(env, status="running", step=start, max_steps=cfg.max_steps)
-            return self._loop(model, optimizer, ema, env, tracker, start)
+            result = self._loop(model, optimizer, ema, env, tracker, start)
+            # Ranks leave together: a gloo group destroyed while the other rank still has work
+            # in flight can abort that process at exit.
+            D.barrier(env)
+            return result
         finally:
             if tracker is not None:
                 tracker.close()
