@@ -58,7 +58,7 @@ def one_step_figures(model, device: torch.device, n: int, out: Path) -> dict:
         b = model.one_step_operator(steps=100, dtype=torch.float64, form=form)
         sync(device)
         res[f"B_T100_{form}_s"] = time.perf_counter() - start
-        res[f"B_T100_{form}peak_mib"] = peak_mib(device)
+        res[f"B_T100_{form}_peak_mib"] = peak_mib(device)
         res[f"B_T100_{form}_mib"] = (b.nbytes if form == "factored" else b.numel() * 8) / 2**20
         parts = []
         sync(device)
