@@ -71,6 +71,7 @@ CASES = {
     ),
     "block": (lambda: CouplingBlock(4, make_cnn), 4, True),
     "cpu-network": (lambda: cpu_network(1, num_blocks=2, hidden=8), 1, True),
+    "cpu-network-2-levels": (lambda: cpu_network(1, num_blocks=1, hidden=8, levels=2), 1, True),
     "network-3ch-hard": (
         lambda: InvertibleNetwork(3, 2, make_cnn, squeeze=False, clamp_mode="hard"),
         3,
@@ -127,7 +128,7 @@ def test_conditioning(name):
 @pytest.mark.parametrize("name", CASES)
 def test_inverse_jacobian_is_inverse_of_forward_jacobian(name):
     g, c, _ = build(name)
-    size = 4 if name in ("cpu-network", "squeeze") else 2
+    size = 4 if name in ("cpu-network", "cpu-network-2-levels", "squeeze") else 2
     x, cond = images(c, size, batch=1), cond_for(1, 1.0)
     z = g(x, cond).detach()
     jf = torch.autograd.functional.jacobian(lambda v: g(v, cond), x).reshape(z.numel(), x.numel())
@@ -141,7 +142,7 @@ def test_inverse_jacobian_is_inverse_of_forward_jacobian(name):
 @pytest.mark.parametrize("name", CASES)
 def test_gradcheck_forward_and_inverse(name):
     g, c, _ = build(name)
-    size = 4 if name in ("cpu-network", "squeeze") else 2
+    size = 4 if name in ("cpu-network", "cpu-network-2-levels", "squeeze") else 2
     x = images(c, size, batch=1).requires_grad_()
     cond = cond_for(1, 1.0)
     assert torch.autograd.gradcheck(lambda v: g(v, cond), (x,))
@@ -380,6 +381,32 @@ def test_network_bad_shapes(shape, cond):
         g(x, c)
     with pytest.raises(LinearizerError):
         g.inverse(x, c)
+
+
+def test_levels_nest_at_halving_resolutions():
+    g = cpu_network(1, num_blocks=1, hidden=4, levels=3)
+    seen = []
+    for m in g.modules():
+        if isinstance(m, CouplingBlock):
+            m.register_forward_hook(lambda mod, args, out: seen.append(tuple(out.shape[1:])))
+    randomize(g).eval()
+    x = images(1, 16)
+    assert_near(g.inverse(g(x, 1.0), 1.0), x, eps_factor=1e6)
+    assert seen == [(4, 8, 8), (16, 4, 4), (64, 2, 2)]
+    with pytest.raises(LinearizerError, match="divisible by 8"):
+        g(images(1, 12), 1.0)
+
+
+def test_levels_config_checks():
+    from linearizer.invertible.factory import NetworkConfig, build_network
+
+    assert build_network(NetworkConfig(levels=2, img_size=8, hidden=4), 1).levels == 2
+    with pytest.raises(LinearizerError, match="divisible by 8"):
+        NetworkConfig(levels=3, img_size=12).validate()
+    with pytest.raises(LinearizerError, match="cpu network only"):
+        NetworkConfig(kind="paper", levels=2).validate()
+    with pytest.raises(LinearizerError):
+        NetworkConfig(levels=0).validate()
 
 
 def test_network_bad_construction():

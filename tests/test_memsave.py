@@ -15,6 +15,8 @@ TINY = dict(rank=2, lora_emb=8, lora_hidden=16, v_scale=0.125)
 
 def _flow(network: str, dropout: float) -> torch.nn.Module:
     extra = dict(blocks=1, hidden=8, unet_attn=(4,)) if network == "paper" else dict(hidden=8)
+    if network == "cpu-2-levels":
+        network, extra = "cpu", dict(hidden=8, levels=2)
     net = NetworkConfig(kind=network, img_size=8, dropout=dropout, **extra)
     cfg = FlowConfig(network=net, **TINY)
     torch.manual_seed(0)
@@ -38,7 +40,9 @@ def _grads(model, memory_saving: bool) -> tuple[torch.Tensor, list[torch.Tensor]
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("network,dropout", [("cpu", 0.0), ("cpu", 0.2), ("paper", 0.1)])
+@pytest.mark.parametrize(
+    "network,dropout", [("cpu", 0.0), ("cpu", 0.2), ("cpu-2-levels", 0.0), ("paper", 0.1)]
+)
 def test_flow_loss_gradients_equal_ordinary_backprop(network, dropout):
     model = _flow(network, dropout)
     loss0, g0 = _grads(model, False)

@@ -93,9 +93,10 @@ SMOKE = FlowConfig(
 )
 
 # The whole 25-minute budget is used (lr_clock=time: the decay follows the clock; max_steps is
-# out of reach on 2 cores). One thread: the step's ops are small, and a second thread was slower
-# on a shared machine. Rank 64 beat rank 16 at 25 minutes once time_groups made it as cheap per
-# step; the edge loss won at 4 minutes but lost at 25 (docs/flow/ablation.md).
+# out of reach on 2 cores). Two threads: on 2 idle cores they made 59 % more steps than one (a
+# second thread only loses on a machine other jobs share; there, --set threads=1). Rank 64 beat
+# rank 16 at 25 minutes once time_groups made it as cheap per step; the edge loss won at 4
+# minutes but lost at 25 (docs/flow/ablation.md).
 CPU = FlowConfig(
     network=NetworkConfig(flag_actnorm=True),
     rank=64,
@@ -115,7 +116,7 @@ CPU = FlowConfig(
     ckpt_every=500,
     log_every=25,
     eval_every=2000,
-    threads=1,
+    threads=2,
 )
 
 PAPER = FlowConfig(

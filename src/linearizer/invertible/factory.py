@@ -28,6 +28,9 @@ class NetworkConfig(Config):
     img_size: int = option(32, "images are resized to img_size x img_size (authors: 32)")
     blocks: int = option(2, "invertible blocks (ActNorm, two couplings, 1x1 conv each)")
     hidden: int = option(32, "conditioner width: SmallCNN channels or U-Net model_channels")
+    levels: int = option(
+        1, "cpu network: squeeze levels; each past the first adds `blocks` blocks at half size"
+    )
     clamp: float = option(2.0, "log-scale clamp of the couplings")
     clamp_mode: Literal["soft", "hard"] = option(
         "soft", "soft: c*tanh(l/c); hard: clip (the paper network always clips)"
@@ -48,7 +51,7 @@ class NetworkConfig(Config):
     )
 
     def validate(self) -> None:
-        for name in ("img_size", "blocks", "hidden", "unet_blocks"):
+        for name in ("img_size", "blocks", "hidden", "unet_blocks", "levels"):
             if getattr(self, name) < 1:
                 raise LinearizerError(f"config key 'network.{name}' must be >= 1")
         if not self.unet_channel_mult or min(self.unet_channel_mult) < 1:
@@ -58,6 +61,13 @@ class NetworkConfig(Config):
         if not 0.0 <= self.dropout < 1.0:
             raise LinearizerError(
                 f"config key 'network.dropout' must be in [0, 1), got {self.dropout}"
+            )
+        if self.kind == "paper" and self.levels != 1:
+            raise LinearizerError("config key 'network.levels' applies to the cpu network only")
+        if self.kind == "cpu" and self.img_size % 2**self.levels:
+            raise LinearizerError(
+                f"network.levels={self.levels} needs img_size divisible by {2**self.levels}, "
+                f"got {self.img_size}"
             )
         if not self.clamp > 0:
             raise LinearizerError(f"config key 'network.clamp' must be > 0, got {self.clamp}")
@@ -82,6 +92,6 @@ def build_network(
     return cpu_network(
         in_channels=channels, num_blocks=cfg.blocks, hidden=cfg.hidden,
         clamp_mode=cfg.clamp_mode, clamp=cfg.clamp, dropout=cfg.dropout,
-        flag_norm=cfg.flag_actnorm and conditioned,
+        flag_norm=cfg.flag_actnorm and conditioned, levels=cfg.levels,
         **({} if conditioned else {"cond_dim": 0}),
     )  # fmt: skip
