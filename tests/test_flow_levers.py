@@ -129,3 +129,120 @@ def test_time_clock_decays_with_the_budget_or_the_steps_whichever_is_further():
     assert lr_at(steps, 10, elapsed_s=500.0) == 1.0
     with pytest.raises(LinearizerError, match="max_minutes"):
         TrainConfig(lr_clock="time")
+
+
+def _in_domain(shape, gen):
+    return torch.rand(shape, generator=gen, dtype=torch.float64)
+
+
+def test_flag_logit_formula_identity_on_noise_and_exact_inverse():
+    from linearizer.invertible.logit import FlagLogit
+
+    gen = torch.Generator().manual_seed(0)
+    block, a = FlagLogit(0.05), 0.05
+    x = _in_domain((6, 1, 4, 4), gen)
+    flags = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0], dtype=torch.float64)
+    x[flags == 0] = 3 * torch.randn(3, 1, 4, 4, generator=gen, dtype=torch.float64)
+    y = block(x, flags)
+    data = flags == 1
+    torch.testing.assert_close(y[data], torch.logit(a + (1 - 2 * a) * x[data]), rtol=0, atol=0)
+    assert torch.equal(y[~data], x[~data])
+    torch.testing.assert_close(block.inverse(y, flags), x, rtol=0, atol=1e2 * EPS)
+    assert torch.equal(block(x, None), x)  # cond=None is the noise flag
+    # any latent decodes inside the interval the forward accepts
+    back = block.inverse(40 * torch.randn(4, 1, 4, 4, dtype=torch.float64), torch.ones(4).double())
+    assert float(back.min()) >= block.lo and float(back.max()) <= block.hi
+    assert torch.isfinite(block(back, torch.ones(4).double())).all()  # saturated pixels re-encode
+
+
+def test_flag_logit_jacobian_gradients_and_errors():
+    from linearizer.invertible.logit import FlagLogit
+
+    block = FlagLogit(0.1)
+    x = (0.05 + 0.9 * torch.rand(1, 1, 2, 2, dtype=torch.float64)).requires_grad_()
+    one = torch.ones(1, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda v: block(v, one), (x,))
+    z = block(x, one).detach().requires_grad_()
+    assert torch.autograd.gradcheck(lambda v: block.inverse(v, one), (z,))
+    with pytest.raises(LinearizerError, match=r"must lie in \[-0.125, 1.125\]"):
+        block(torch.full((1, 1, 2, 2), 1.2, dtype=torch.float64), one)
+    for bad in (0.0, 0.5, -1.0):
+        with pytest.raises(LinearizerError, match="alpha"):
+            FlagLogit(bad)
+
+
+def test_logit_network_round_trip_and_config_checks():
+    from linearizer.invertible.factory import NetworkConfig, build_network
+
+    cfg = resolve("flow", "smoke", ["network.logit=0.05", "network.flag_actnorm=true"])
+    model = build_flow(cfg).double()
+    gen = torch.Generator().manual_seed(1)
+    x = _in_domain((6, 1, 8, 8), gen)
+    model.train()
+    model.encode(x, torch.tensor([0.0, 1.0] * 3).double())  # data-dependent ActNorm start
+    model.eval()
+    flags = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    torch.testing.assert_close(model.decode(model.encode(x, flags), flags), x,
+                               rtol=0, atol=1e4 * EPS)  # fmt: skip
+    samples = model.sample(torch.randn(5, 1, 8, 8, generator=gen, dtype=torch.float64), steps=4)
+    lo, hi = -0.05 / 0.9, 1 + 0.05 / 0.9
+    assert float(samples.min()) >= lo and float(samples.max()) <= hi
+    with pytest.raises(LinearizerError, match="must lie in"):
+        model.encode(x - 0.5, 1.0)
+    for bad in ("-0.1", "0.5"):
+        with pytest.raises(LinearizerError, match="network.logit"):
+            NetworkConfig(logit=float(bad)).validate()
+    with pytest.raises(LinearizerError, match="cpu network only"):
+        NetworkConfig(kind="paper", logit=0.05).validate()
+    with pytest.raises(LinearizerError, match="flagged network"):
+        build_network(NetworkConfig(logit=0.05, img_size=8, hidden=4), 1, conditioned=False)
+
+
+def test_dense_blocks_invert_exactly_and_see_the_whole_image():
+    from linearizer.invertible import cpu_network
+    from linearizer.invertible.dense import DenseConditioner
+
+    torch.manual_seed(0)
+    g = cpu_network(1, num_blocks=1, hidden=4, dense_blocks=2, dense_hidden=8, img_size=4).double()
+    assert [type(b.F.cond).__name__ for b in g.blocks] == ["SmallCNN"] + ["DenseConditioner"] * 2
+    with torch.no_grad():
+        for p in g.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    x, one = torch.randn(1, 1, 4, 4, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+    z = g(x, one)
+    torch.testing.assert_close(g.inverse(z, one), x, rtol=0, atol=1e3 * EPS)
+    jf = torch.autograd.functional.jacobian(lambda v: g(v, one), x).reshape(16, 16)
+    ji = torch.autograd.functional.jacobian(lambda v: g.inverse(v, one), z.detach())
+    torch.testing.assert_close(ji.reshape(16, 16) @ jf, torch.eye(16, dtype=torch.float64),
+                               rtol=0, atol=1e4 * EPS)  # fmt: skip
+    assert torch.autograd.gradcheck(lambda v: g(v, one), (x.clone().requires_grad_(),))
+    (g.inverse(z, one) ** 2).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().max() > 0 for p in g.parameters())
+    # one input pixel moves every output of a dense coupling (a 3x3 conv reaches its neighbours)
+    dense = g.blocks[1].F.cond
+    u = torch.zeros(1, 2, 2, 2, dtype=torch.float64, requires_grad=True)
+    dense(u, one)[0, :, 1, 1].sum().backward()
+    assert bool((u.grad[0, :, 0, 0] != 0).all())
+    with pytest.raises(LinearizerError, match="reads inputs of shape"):
+        DenseConditioner(2, 4, 2, 2, hidden=8)(torch.zeros(1, 2, 3, 3))
+
+
+def test_dense_blocks_config_and_flow():
+    from linearizer.invertible import cpu_network
+    from linearizer.invertible.dense import DenseConditioner
+    from linearizer.invertible.factory import NetworkConfig, build_network
+
+    cfg = resolve("flow", "smoke", ["network.dense_blocks=1", "network.dense_hidden=16"])
+    model = build_flow(cfg).double()
+    assert "net.blocks.1.F.cond.fc_in.weight" in model.state_dict()
+    x = torch.rand(3, 1, 8, 8, dtype=torch.float64)
+    torch.testing.assert_close(model.decode(model.encode(x, 1.0), 1.0), x,
+                               rtol=0, atol=1e4 * EPS)  # fmt: skip
+    with pytest.raises(LinearizerError, match="dense_blocks"):
+        NetworkConfig(dense_blocks=-1).validate()
+    with pytest.raises(LinearizerError, match="cpu network only"):
+        NetworkConfig(kind="paper", dense_blocks=1).validate()
+    with pytest.raises(LinearizerError, match="even img_size"):
+        cpu_network(1, dense_blocks=1)
+    net = build_network(NetworkConfig(dense_blocks=1, img_size=8, hidden=4), 1)
+    assert isinstance(net.blocks[2].G.cond, DenseConditioner)

@@ -17,6 +17,10 @@ def _flow(network: str, dropout: float) -> torch.nn.Module:
     extra = dict(blocks=1, hidden=8, unet_attn=(4,)) if network == "paper" else dict(hidden=8)
     if network == "cpu-2-levels":
         network, extra = "cpu", dict(hidden=8, levels=2)
+    if network == "cpu-logit":
+        network, extra = "cpu", dict(hidden=8, logit=0.05)
+    if network == "cpu-dense":
+        network, extra = "cpu", dict(hidden=8, dense_blocks=1, dense_hidden=16)
     net = NetworkConfig(kind=network, img_size=8, dropout=dropout, **extra)
     cfg = FlowConfig(network=net, **TINY)
     torch.manual_seed(0)
@@ -41,7 +45,15 @@ def _grads(model, memory_saving: bool) -> tuple[torch.Tensor, list[torch.Tensor]
 
 
 @pytest.mark.parametrize(
-    "network,dropout", [("cpu", 0.0), ("cpu", 0.2), ("cpu-2-levels", 0.0), ("paper", 0.1)]
+    "network,dropout",
+    [
+        ("cpu", 0.0),
+        ("cpu", 0.2),
+        ("cpu-2-levels", 0.0),
+        ("cpu-logit", 0.0),
+        ("cpu-dense", 0.0),
+        ("paper", 0.1),
+    ],
 )
 def test_flow_loss_gradients_equal_ordinary_backprop(network, dropout):
     model = _flow(network, dropout)

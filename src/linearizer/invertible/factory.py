@@ -39,6 +39,17 @@ class NetworkConfig(Config):
     flag_actnorm: bool = option(
         False, "cpu network: one ActNorm bias/scale pair per flag (noise 0, data 1)"
     )
+    dense_blocks: int = option(
+        0,
+        "cpu network: coupling blocks with fully connected conditioners (whole-image context) "
+        "after the convolutional ones",
+    )
+    dense_hidden: int = option(256, "cpu network: hidden width of the fully connected conditioners")
+    logit: float = option(
+        0.0,
+        "cpu network: alpha of a logit on data-flag pixels, logit(alpha + (1 - 2 alpha) x), so "
+        "samples decode through a sigmoid (0 = none)",
+    )
     memory_saving: bool = option(
         False, "recompute g's activations from its exact inverse in backprop (less memory)"
     )
@@ -51,9 +62,17 @@ class NetworkConfig(Config):
     )
 
     def validate(self) -> None:
-        for name in ("img_size", "blocks", "hidden", "unet_blocks", "levels"):
+        for name in ("img_size", "blocks", "hidden", "unet_blocks", "levels", "dense_hidden"):
             if getattr(self, name) < 1:
                 raise LinearizerError(f"config key 'network.{name}' must be >= 1")
+        if self.dense_blocks < 0:
+            raise LinearizerError(
+                f"config key 'network.dense_blocks' must be >= 0, got {self.dense_blocks}"
+            )
+        if self.dense_blocks and self.kind != "cpu":
+            raise LinearizerError(
+                "config key 'network.dense_blocks' applies to the cpu network only"
+            )
         if not self.unet_channel_mult or min(self.unet_channel_mult) < 1:
             raise LinearizerError(
                 "config key 'network.unet_channel_mult' needs positive multipliers"
@@ -69,6 +88,12 @@ class NetworkConfig(Config):
                 f"network.levels={self.levels} needs img_size divisible by {2**self.levels}, "
                 f"got {self.img_size}"
             )
+        if not (self.logit == 0.0 or 0.0 < self.logit < 0.5):
+            raise LinearizerError(
+                f"config key 'network.logit' must be 0 (none) or in (0, 0.5), got {self.logit}"
+            )
+        if self.logit and self.kind != "cpu":
+            raise LinearizerError("config key 'network.logit' applies to the cpu network only")
         if not self.clamp > 0:
             raise LinearizerError(f"config key 'network.clamp' must be > 0, got {self.clamp}")
 
@@ -89,9 +114,15 @@ def build_network(
             model_channels=cfg.hidden, dropout=cfg.dropout, channel_mult=cfg.unet_channel_mult,
             unet_blocks=cfg.unet_blocks, attn_resolutions=cfg.unet_attn, clamp=cfg.clamp,
         )  # fmt: skip
+    if cfg.logit and not conditioned:
+        raise LinearizerError(
+            "config key 'network.logit' needs a flagged network (the flow's g_data); this model's "
+            "network takes no flag"
+        )
     return cpu_network(
         in_channels=channels, num_blocks=cfg.blocks, hidden=cfg.hidden,
         clamp_mode=cfg.clamp_mode, clamp=cfg.clamp, dropout=cfg.dropout,
-        flag_norm=cfg.flag_actnorm and conditioned, levels=cfg.levels,
+        flag_norm=cfg.flag_actnorm and conditioned, levels=cfg.levels, logit=cfg.logit,
+        dense_blocks=cfg.dense_blocks, dense_hidden=cfg.dense_hidden, img_size=cfg.img_size,
         **({} if conditioned else {"cond_dim": 0}),
     )  # fmt: skip

@@ -55,10 +55,13 @@ def pieces(net: nn.Module) -> list[nn.Module]:
     A :class:`CouplingBlock` contributes ``[actnorm, F, G, mix]``; an
     :class:`InvertibleNetwork` or :class:`InvertibleSequential` its blocks' pieces; any other
     invertible module is one piece. (The squeeze of an ``InvertibleNetwork`` is not a piece:
-    it stores nothing and runs outside.)
+    it stores nothing and runs outside. Its elementwise logit, which the network applies
+    before squeezing, is the chain's first piece: on single pixels the order does not matter.)
     """
     if isinstance(net, CouplingBlock):
         return [net.actnorm, net.F, net.G, net.mix]
+    if isinstance(net, InvertibleNetwork) and net.logit is not None:
+        return [net.logit] + [p for block in net.blocks for p in pieces(block)]
     if isinstance(net, (InvertibleNetwork, InvertibleSequential)):
         return [p for block in net.blocks for p in pieces(block)]
     return [net]

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from torch import Tensor, nn
 
@@ -18,6 +18,8 @@ from .base import InvertibleModule, as_cond
 from .cnn import SmallCNN
 from .conv1x1 import InvConv1x1
 from .coupling import AffineCoupling
+from .dense import DenseConditioner
+from .logit import FlagLogit
 from .squeeze import Squeeze
 
 MakeConditioner = Callable[[int, int], nn.Module]
@@ -104,7 +106,8 @@ class CoarserLevel(InvertibleModule):
 
 
 class InvertibleNetwork(InvertibleModule):
-    """[Squeeze] -> ``num_blocks`` x :class:`CouplingBlock` -> [un-squeeze], shape-preserving.
+    """[logit] -> [Squeeze] -> ``num_blocks`` x :class:`CouplingBlock` -> [un-squeeze],
+    shape-preserving.
 
     ``levels > 1`` appends nested :class:`CoarserLevel` s (``num_blocks`` blocks each, at half
     the resolution of the level before), so inputs must be divisible by ``2^levels`` (squeezed)
@@ -113,6 +116,12 @@ class InvertibleNetwork(InvertibleModule):
     ``squeeze=None`` squeezes exactly when ``in_channels`` is odd (as the authors), so a
     one-channel image gets four channels to split. ``cond`` may be ``None``, a float, a 0-d
     tensor or a ``[B]`` tensor.
+
+    ``tail`` blocks run after all the others, at the top level's resolution (the
+    fully connected couplings of :func:`cpu_network`).
+
+    ``logit > 0`` starts with a :class:`FlagLogit` of that ``alpha``: data-flag images (pixels in
+    [0, 1]) are mapped to the real line before the first block, so the inverse ends in a sigmoid.
 
     >>> import torch
     >>> g = InvertibleNetwork(1, 2, lambda i, o: SmallCNN(i, o, hidden=8))
@@ -132,6 +141,8 @@ class InvertibleNetwork(InvertibleModule):
         clamp_mode: str = "soft",
         flag_norm: bool = False,
         levels: int = 1,
+        logit: float = 0.0,
+        tail: Sequence[InvertibleModule] = (),
     ) -> None:
         super().__init__()
         if in_channels < 1 or num_blocks < 1 or levels < 1:
@@ -145,6 +156,7 @@ class InvertibleNetwork(InvertibleModule):
         if width < 2:
             raise LinearizerError("a one-channel input needs squeeze=True (or None)")
         self.in_channels = in_channels
+        self.logit = FlagLogit(logit) if logit else None
         self.squeeze = Squeeze() if squeeze else None
         blocks: list[InvertibleModule] = [
             CouplingBlock(width, make_conditioner, clamp, clamp_mode, flag_norm)
@@ -156,7 +168,7 @@ class InvertibleNetwork(InvertibleModule):
                                   clamp_mode, flag_norm)  # fmt: skip
             host.append(coarse)  # nested: each level runs at half the resolution of its host
             host = coarse.blocks
-        self.blocks = nn.ModuleList(blocks)
+        self.blocks = nn.ModuleList([*blocks, *tail])
         self.levels = levels
         self.divisor = 2 ** (levels - 1 + (1 if squeeze else 0))
 
@@ -174,6 +186,8 @@ class InvertibleNetwork(InvertibleModule):
 
     def forward(self, x: Tensor, cond: float | Tensor | None = None) -> Tensor:
         cond = self._prepare(x, cond)
+        if self.logit is not None:
+            x = self.logit(x, cond)
         if self.squeeze is not None:
             x = self.squeeze(x)
         for block in self.blocks:
@@ -186,7 +200,9 @@ class InvertibleNetwork(InvertibleModule):
             z = self.squeeze(z)
         for block in reversed(self.blocks):
             z = block.inverse(z, cond)
-        return z if self.squeeze is None else self.squeeze.inverse(z)
+        if self.squeeze is not None:
+            z = self.squeeze.inverse(z)
+        return z if self.logit is None else self.logit.inverse(z, cond)
 
 
 def cpu_network(
@@ -199,6 +215,10 @@ def cpu_network(
     dropout: float = 0.0,
     flag_norm: bool = False,
     levels: int = 1,
+    logit: float = 0.0,
+    dense_blocks: int = 0,
+    dense_hidden: int = 256,
+    img_size: int | None = None,
 ) -> InvertibleNetwork:
     """The network of the CPU presets: :class:`SmallCNN` conditioners, zero-initialised.
 
@@ -210,13 +230,32 @@ def cpu_network(
     >>> x = torch.randn(2, 1, 32, 32)
     >>> bool(g(x, 1.0).eq(g(x, 0.0)).all())   # couplings start as the identity
     True
+
+    ``dense_blocks`` appends coupling blocks whose conditioners are fully connected
+    (:class:`DenseConditioner`, ``dense_hidden`` wide) and so see the whole image; they fix the
+    input size, ``img_size`` x ``img_size``.
     """
 
     def make(c_in: int, c_out: int) -> nn.Module:
         return SmallCNN(c_in, c_out, hidden=hidden, cond_dim=cond_dim, dropout=dropout)
 
+    tail: list[InvertibleModule] = []
+    if dense_blocks:
+        if img_size is None or img_size % 2:
+            raise LinearizerError(f"dense blocks need an even img_size, got {img_size}")
+        squeezed = in_channels % 2 == 1
+        side = img_size // 2 if squeezed else img_size
+
+        def make_dense(c_in: int, c_out: int) -> nn.Module:
+            return DenseConditioner(c_in, c_out, side, side, hidden=dense_hidden,
+                                    cond_dim=cond_dim)  # fmt: skip
+
+        width = 4 * in_channels if squeezed else in_channels
+        tail = [CouplingBlock(width, make_dense, clamp, clamp_mode, flag_norm)
+                for _ in range(dense_blocks)]  # fmt: skip
     return InvertibleNetwork(in_channels, num_blocks, make, clamp=clamp, clamp_mode=clamp_mode,
-                             flag_norm=flag_norm, levels=levels)  # fmt: skip
+                             flag_norm=flag_norm, levels=levels, logit=logit,
+                             tail=tail)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
