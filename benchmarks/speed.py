@@ -64,10 +64,11 @@ REF_METHOD = {"euler": "euler", "rk4": "rk"}
 # --- one measurement ---------------------------------------------------------------------------
 def build(arch: str, quick: bool, memory_saving: bool = False):
     cfg = {"paper": PAPER, "cpu": CPU}[arch]
-    # The reference implements the authors' model: one ActNorm per block and a rank-8 operator
-    # with plain hypernetwork heads. The published table was measured so, whatever the presets
-    # have become since.
-    cfg = replace(cfg, network=replace(cfg.network, flag_actnorm=False), rank=8, lora_basis=0)
+    # The reference implements the authors' model: one ActNorm per block, no data-side logit, no
+    # fully connected blocks, and a rank-8 operator with plain hypernetwork heads. The published
+    # table was measured so, whatever the presets have become since.
+    net = replace(cfg.network, flag_actnorm=False, logit=0.0, dense_blocks=0)
+    cfg = replace(cfg, network=net, rank=8, lora_basis=0)
     if quick:
         cfg = replace(cfg, network=replace(cfg.network, **QUICK_NET), **QUICK)
     torch.manual_seed(0)
