@@ -45,17 +45,13 @@ class FlagLogit(InvertibleModule):
         self.width = 1.0 - 2.0 * self.alpha
         self.lo, self.hi = -self.alpha / self.width, 1.0 + self.alpha / self.width
 
-    def _rows(self, x: Tensor, cond: Tensor | None) -> Tensor | None:
-        """Indices of the data-flag rows, or ``None`` when every row is one."""
-        if cond is None:
-            return x.new_zeros(0, dtype=torch.long)
-        data = cond.reshape(-1) == DATA_FLAG
-        return None if bool(data.all()) else data.nonzero().flatten()
-
     def _on_data_rows(self, x: Tensor, cond: Tensor | None, fn) -> Tensor:  # noqa: ANN001
-        rows = self._rows(x, cond)
-        if rows is None:
+        if cond is None:
+            return x
+        data = cond.reshape(-1) == DATA_FLAG
+        if bool(data.all()):
             return fn(x)
+        rows = data.nonzero().flatten()
         if rows.numel() == 0:
             return x
         return x.index_copy(0, rows, fn(x.index_select(0, rows)))
