@@ -10,6 +10,7 @@ from linearizer import pretrained
 from linearizer.cli.main import main
 from linearizer.errors import LinearizerError
 from linearizer.flow.task import FlowTask
+from linearizer.io import load_tensors
 from linearizer.training.config import resolve
 from linearizer.training.runs import load_run
 from linearizer.training.trainer import train
@@ -43,6 +44,21 @@ def test_resolve_gives_a_run_folder_with_the_half_precision_weights(assets):
     assert meta["format"] == pretrained.FORMAT and meta["config"]["network"]["hidden"] == 8
 
 
+def test_export_can_take_the_raw_weights_instead_of_the_ema(assets, tmp_path):
+    run, root = assets
+    pretrained.export(run, "tiny", tmp_path, {}, use_ema=False)
+    assert json.loads((root / "tiny.json").read_text())["weights"] == "EMA"
+    assert json.loads((tmp_path / "tiny.json").read_text())["weights"] == "raw"
+    raw, ema = load_run(run, use_ema=False).model, load_run(run).model
+    stored = load_tensors(tmp_path / "tiny.safetensors")
+    differs = False
+    for key, value in raw.state_dict().items():
+        if value.is_floating_point():
+            torch.testing.assert_close(stored[key].float(), value, rtol=2.0**-10, atol=2.0**-22)
+            differs |= not torch.equal(value, ema.state_dict()[key])
+    assert differs  # the smoke run's EMA has moved away from the raw weights
+
+
 def test_damaged_weights_are_refused(assets):
     _, root = assets
     blob = bytearray((root / "tiny.safetensors").read_bytes())
@@ -65,6 +81,17 @@ def test_sample_command_opens_a_pretrained_model(assets, tmp_path, capsys):
     assert main(["sample", "pretrained:nope", "--out", str(tmp_path / "t")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown pretrained model 'nope'" in err[0]
+
+
+def test_repro_names_the_pretrained_model_not_its_cache_folder(assets, tmp_path):
+    out = tmp_path / "r"
+    quick = ["--quick", "--n", "4", "--fid-n", "48", "--long-steps", "12", "--steps", "10"]
+    assert main(["repro", "pretrained:tiny", "--out", str(out), *quick]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["run"] == "pretrained:tiny"
+    cache = str(pretrained.resolve("tiny"))
+    assert cache not in (out / "REPORT.md").read_text()
+    assert "linearizer repro pretrained:tiny" in "\n".join(results["commands"])
 
 
 def test_from_pretrained_returns_the_model_in_eval_mode(assets):

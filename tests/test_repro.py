@@ -18,7 +18,14 @@ QUICK = ["--quick", "--n", "4", "--fid-n", "48", "--long-steps", "12", "--steps"
 FIGURES = ["collapse", "inversion", "interpolation", "samples", "spectrum", "svd_directions",
            "training_curves"]  # fmt: skip
 REQUIRED = {
-    "linearity": ["max_rel_err", "max_rel_err_float64"],
+    "linearity": [
+        "max_rel_err",
+        "max_rel_err_float64",
+        "homogeneity_float32_a_pos",
+        "homogeneity_float32_a_neg",
+        "homogeneity_float64_a_pos",
+        "homogeneity_float64_a_neg",
+    ],
     "collapse_euler": ["psnr_db", "psnr_db_float32", "latent_rel_err", "fid_lenet_between"],
     "collapse_rk4": ["psnr_db", "psnr_db_float32"],
     "collapse_rk4_authors": ["psnr_db", "mse"],
@@ -58,7 +65,12 @@ def test_results_hold_every_claim_with_a_verdict(repro_out):
     # a trained-for-6-steps model still satisfies every exactness claim
     for name in EXACT:
         assert claims[name]["passed"] is True, (name, claims[name]["verdict"])
-    assert claims["linearity"]["max_rel_err_float64"] < 1e-9
+    lin = claims["linearity"]
+    assert lin["max_rel_err_float64"] < 1e-9
+    split = (lin["homogeneity_float32_a_pos"], lin["homogeneity_float32_a_neg"])
+    assert max(split) == lin["homogeneity_float32"]
+    split = (lin["homogeneity_float64_a_pos"], lin["homogeneity_float64_a_neg"])
+    assert max(split) == lin["homogeneity_float64"]
     psnr64 = claims["collapse_euler"]["psnr_db"]
     assert psnr64 is None or psnr64 >= 120
     assert results["options"]["quick"] is True

@@ -1,8 +1,9 @@
 """Pretrained models shipped inside the package: open them without data and without training.
 
-Each model is two package assets, ``linearizer/assets/<file>.safetensors`` (the EMA weights in
-half precision) and ``<file>.json`` (format, the training config, the step, the SHA-256 of the
-weights file, the checksum of the training data and the model's evaluation). :func:`resolve`
+Each model is two package assets, ``linearizer/assets/<file>.safetensors`` (the EMA or the raw
+weights, as its JSON says, in half precision) and ``<file>.json`` (format, the training config,
+the step, the SHA-256 of the weights file, the checksum of the training data and the model's
+evaluation). :func:`resolve`
 checks the hash, then materialises a run folder (``config.json``, ``run.json``, one float32
 checkpoint) in the user cache, ``<cache>/pretrained/<name>-<hash prefix>``, so every command
 and loader that opens a run opens it: ``linearizer sample pretrained:mnist --n 64 --out DIR``,
@@ -154,12 +155,20 @@ def from_pretrained(name: str = "mnist") -> nn.Module:
     return load_run(f"pretrained:{name}").model
 
 
-def export(run_dir: str | Path, name: str, out_dir: str | Path, extra: dict[str, Any]) -> Path:
-    """Write a run's EMA weights as a half-precision asset ``<out_dir>/<file>.safetensors`` plus
-    its description (``extra`` adds e.g. the data checksum and the evaluation)."""
+def export(
+    run_dir: str | Path,
+    name: str,
+    out_dir: str | Path,
+    extra: dict[str, Any],
+    *,
+    use_ema: bool = True,
+) -> Path:
+    """Write a run's weights (EMA ones when present and ``use_ema``) as a half-precision asset
+    ``<out_dir>/<file>.safetensors`` plus its description (``extra`` adds e.g. the data
+    checksum and the evaluation)."""
     from .training.runs import load_run
 
-    run = load_run(run_dir)
+    run = load_run(run_dir, use_ema=use_ema)
     file = ASSETS.get(name, name)
     out = Path(out_dir)
     state = {k: v.detach().to(torch.float16) if v.is_floating_point() else v
@@ -167,6 +176,7 @@ def export(run_dir: str | Path, name: str, out_dir: str | Path, extra: dict[str,
     weights = save_tensors(out / f"{file}.safetensors", state, metadata={"format": FORMAT})
     meta = {"format": FORMAT, "name": name, "kind": run.kind, "step": run.step,
             "config": run.config.to_dict(), "dtype": "float16",
+            "weights": "EMA" if use_ema and run.config.ema_decay > 0 else "raw",
             "sha256": file_sha256(weights), "library_version": __version__,
             "torch": torch.__version__, **extra}  # fmt: skip
     write_json(out / f"{file}.json", meta)

@@ -15,12 +15,15 @@ from torch import Tensor
 F64 = torch.float64
 
 
+def rel_errs(a: Tensor, b: Tensor) -> Tensor:
+    """Per-sample relative errors ``|a_i - b_i| / |b_i|`` (computed in float64, on the CPU)."""
+    a, b = a.detach().to(F64).flatten(1), b.detach().to(F64).flatten(1)
+    return ((a - b).norm(dim=1) / b.norm(dim=1).clamp_min(1e-300)).cpu()
+
+
 def max_rel_err(a: Tensor, b: Tensor) -> float:
     """Largest per-sample relative error ``|a_i - b_i| / |b_i|`` (computed in float64)."""
-    a, b = a.detach().to(F64).flatten(1), b.detach().to(F64).flatten(1)
-    num = (a - b).norm(dim=1)
-    den = b.norm(dim=1).clamp_min(1e-300)
-    return float((num / den).max())
+    return float(rel_errs(a, b).max())
 
 
 def max_abs_err(a: Tensor, b: Tensor) -> float:

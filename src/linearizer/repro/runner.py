@@ -148,7 +148,7 @@ def run_repro(
             shutil.rmtree(staging, ignore_errors=True)
     results = {
         "format": "linearizer.repro/1",
-        "run": str(run),
+        "run": target if target.startswith("pretrained:") else str(run),
         "step": step,
         "ema": ema,
         "config": cfg.to_dict(),
@@ -217,6 +217,10 @@ def _commands(command: str, target: str, run: Path, preset: str | None, out: Pat
     lines = []
     if preset:
         lines.append(f"linearizer repro {preset} --out {out}   # trains into {run}, then evaluates")
+    elif target.startswith("pretrained:"):  # name the model, not the cache folder it unpacks to
+        how = train_command(read_json(run / "config.json"), Path("runs") / target.split(":")[1])
+        lines.append(f"{how}   # how {target} was made")
+        lines.append(f"linearizer repro {target} --out {out}")
     else:
         lines.append(f"{train_command(read_json(run / 'config.json'), run)}   # how {run} was made")
         lines.append(f"linearizer repro {run} --out {out}")
