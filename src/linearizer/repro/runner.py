@@ -148,7 +148,7 @@ def run_repro(
             shutil.rmtree(staging, ignore_errors=True)
     results = {
         "format": "linearizer.repro/1",
-        "run": target if target.startswith("pretrained:") else str(run),
+        "run": _run_name(target, run)[0],
         "step": step,
         "ema": ema,
         "config": cfg.to_dict(),
@@ -217,16 +217,24 @@ def _commands(command: str, target: str, run: Path, preset: str | None, out: Pat
     lines = []
     if preset:
         lines.append(f"linearizer repro {preset} --out {out}   # trains into {run}, then evaluates")
-    elif target.startswith("pretrained:"):  # name the model, not the cache folder it unpacks to
-        how = train_command(read_json(run / "config.json"), Path("runs") / target.split(":")[1])
-        lines.append(f"{how}   # how {target} was made")
-        lines.append(f"linearizer repro {target} --out {out}")
     else:
-        lines.append(f"{train_command(read_json(run / 'config.json'), run)}   # how {run} was made")
-        lines.append(f"linearizer repro {run} --out {out}")
+        name, made_in = _run_name(target, run)
+        how = train_command(read_json(run / "config.json"), made_in)
+        lines.append(f"{how}   # how {name} was made")
+        lines.append(f"linearizer repro {name} --out {out}")
     if command:
         lines.append(f"# this report: {command}")
     return lines
+
+
+def _run_name(target: str, run: Path) -> tuple[str, Path]:
+    """How the report names the run, and the folder its training command writes: a pretrained
+    model by its name, not by the cache folder it unpacks to."""
+    from ..training.runs import PRETRAINED
+
+    if target.startswith(PRETRAINED):
+        return target, Path("runs") / target[len(PRETRAINED) :]
+    return str(run), run
 
 
 def train_command(saved: dict, run: Path) -> str:
