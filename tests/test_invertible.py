@@ -19,6 +19,7 @@ from linearizer.invertible import (
     SharedDropout,
     SmallCNN,
     Squeeze,
+    conditioners_in,
     cpu_network,
     set_dropout_seed,
 )
@@ -423,3 +424,41 @@ def test_small_cnn_cond_none_is_flag_zero_and_checks_cond():
     assert not torch.equal(net(u, None), net(u, torch.ones(3)))
     with pytest.raises(LinearizerError):
         net(u, torch.zeros(2))
+
+
+def test_bfloat16_conditioners_round_only_the_conditioners():
+    """Inside ``conditioners_in("bfloat16")`` a float32 coupling changes (its conditioner ran
+    in bfloat16) yet inverts to float32 rounding, since the kept half passes through; a float64
+    pass is left alone. A stack of couplings does not invert that well: float32 rounding in one
+    coupling's inverse can move a kept value across a bfloat16 rounding boundary of the next
+    conditioner, which is why only training lowers the conditioners."""
+    coupling = randomize(AffineCoupling(make_cnn(2, 4), "first")).eval().float()
+    x = torch.randn(4, 4, 6, 6, dtype=torch.float32)
+    with torch.no_grad():
+        full = coupling(x)
+        with conditioners_in("bfloat16"):
+            low = coupling(x)
+            back = coupling.inverse(low)
+        assert low.dtype == torch.float32
+        assert float((low - full).abs().max()) > 1e3 * torch.finfo(torch.float32).eps
+        assert_near(back, x, eps_factor=64, what="bfloat16-conditioner round trip")
+        coupling.double()
+        with conditioners_in("bfloat16"):
+            y64 = coupling(x.double())
+        assert torch.equal(y64, coupling(x.double()))
+
+
+def test_conditioner_precision_is_checked_and_auto_follows_the_hardware(monkeypatch):
+    from linearizer.invertible import precision
+
+    with pytest.raises(LinearizerError, match="conditioner precision"):
+        with conditioners_in("float16"):
+            pass
+    with pytest.raises(LinearizerError, match="conditioner precision"):
+        precision.resolve_precision("half", torch.device("cpu"))
+    cpu = torch.device("cpu")
+    assert precision.resolve_precision("float32", cpu) == "float32"
+    assert precision.resolve_precision("bfloat16", cpu) == "bfloat16"
+    for native, expected in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(precision, "native_bfloat16", lambda device, n=native: n)
+        assert precision.resolve_precision("auto", cpu) == expected

@@ -12,6 +12,7 @@ from .conv1x1 import InvConv1x1
 from .coupling import AffineCoupling
 from .dropout import SharedDropout, set_dropout_seed
 from .network import CouplingBlock, InvertibleNetwork, cpu_network
+from .precision import conditioners_in
 from .sequential import InvertibleSequential
 from .squeeze import Squeeze
 
@@ -28,6 +29,7 @@ __all__ = [
     "SmallCNN",
     "Squeeze",
     "as_cond",
+    "conditioners_in",
     "cpu_network",
     "same_network",
     "set_dropout_seed",

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from ..checks import check_channels
 from ..errors import LinearizerError
 from .base import InvertibleModule
+from .precision import run_conditioner
 
 UPDATES = ("first", "second")
 CLAMP_MODES = ("soft", "hard")
@@ -88,7 +89,7 @@ class AffineCoupling(InvertibleModule):
         self, kept: Tensor, width: int, cond: Tensor | None
     ) -> tuple[Tensor, Tensor]:
         """Shift and clamped log-scale for ``width`` changed channels, computed from ``kept``."""
-        h = self.cond(kept, cond)
+        h = run_conditioner(self.cond, kept, cond)
         expected = (kept.shape[0], 2 * width, *kept.shape[2:])
         if tuple(h.shape) != expected:
             raise LinearizerError(

@@ -165,6 +165,11 @@ class TrainConfig(Config):
     eval_every: int = option(0, "call the task's on_eval every N steps (0 = only at the end)")
     threads: int = option(0, "torch CPU threads per process (0 = torch default)")
     device: str = option("auto", "auto, cpu, cuda or cuda:N (auto: the local GPU if any)")
+    conditioner_precision: Literal["auto", "float32", "bfloat16"] = option(
+        "float32",
+        "precision of the couplings' conditioners while training (auto: bfloat16 where the "
+        "device computes it natively); the trained model runs them in full precision",
+    )
     tracker: Literal["jsonl", "trackio", "none"] = option(
         "jsonl", "experiment tracker besides metrics.jsonl (always written): trackio or none"
     )

@@ -69,6 +69,7 @@ from torch import Tensor, nn
 
 from .. import __version__
 from ..errors import LinearizerError
+from ..invertible.precision import conditioners_in, resolve_precision
 from ..io import read_json, write_json
 from . import distributed as D
 from .checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -108,13 +109,15 @@ class _LossModule(nn.Module):
     methods (``inverse``, encoders) on the model, so the loss itself is the forward.
     """
 
-    def __init__(self, task: Task, model: nn.Module) -> None:
+    def __init__(self, task: Task, model: nn.Module, precision: str = "float32") -> None:
         super().__init__()
         self.model = model
+        self.precision = precision
         object.__setattr__(self, "_task", task)  # not a submodule even if the task is one
 
     def forward(self, batch: dict[str, Any], rng: StepRandom) -> tuple[Tensor, dict[str, Any]]:
-        return self._task.loss(self.model, batch, rng)
+        with conditioners_in(self.precision):
+            return self._task.loss(self.model, batch, rng)
 
 
 # ----------------------------------------------------------------------------- schedule
@@ -271,6 +274,7 @@ class Trainer:
             if not callable(getattr(task, hook, None)):
                 raise LinearizerError(f"task {type(task).__name__} lacks {hook}()")
         self.task, self.cfg, self.resume = task, cfg, resume
+        self.precision = "float32"  # resolved for the device when fit() starts
         self.run_dir = Path(run_dir)
         self.kind = str(getattr(task, "kind", type(task).__name__))
 
@@ -294,7 +298,8 @@ class Trainer:
 
     def _status(self, env: D.DistEnv, **fields: Any) -> None:
         if env.is_main:
-            record = {"kind": self.kind, "library_version": __version__, "world": env.world}
+            record = {"kind": self.kind, "library_version": __version__, "world": env.world,
+                      "conditioner_precision": self.precision}  # fmt: skip
             write_json(self.run_dir / "run.json", {**record, **fields})
 
     def _build(self, env: D.DistEnv) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -346,6 +351,7 @@ class Trainer:
         tracker = None
         try:
             D.shard(cfg.batch_size, env.rank, env.world)  # fail early on an uneven split
+            self.precision = resolve_precision(cfg.conditioner_precision, env.device)
             self._prepare_folder(env)
             D.barrier(env)
             model, optimizer = self._build(env)
@@ -375,7 +381,7 @@ class Trainer:
 
     def _loop(self, model, optimizer, ema, env, tracker, start: int) -> TrainResult:
         cfg, task = self.cfg, self.task
-        runner = D.wrap(_LossModule(task, model), env, cfg.ddp_find_unused)
+        runner = D.wrap(_LossModule(task, model, self.precision), env, cfg.ddp_find_unused)
         params = [p for g in optimizer.param_groups for p in g["params"]]
         progress = _Progress(cfg.progress and env.is_main, cfg.max_steps, start)
         t0 = time.perf_counter()
