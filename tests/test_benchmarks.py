@@ -44,3 +44,15 @@ def test_gpu_check_runs_on_cpu(tmp_path):
         assert report["sampling"][key] > 0
     assert (out / "samples.png").is_file()
     assert any((tmp_path / "run" / "checkpoints").iterdir())
+
+
+def test_precision_quick_smoke(tmp_path):
+    out = tmp_path / "precision.json"
+    cmd = [sys.executable, str(BENCH / "precision.py"), "--quick", "--rounds", "1", "--threads",
+           "1", "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["steps_per_s"]) == {"float32", "bfloat16"}
+    assert all(v > 0 for rates in report["steps_per_s"].values() for v in rates)
+    assert report["ratio_bfloat16_to_float32"] > 0
