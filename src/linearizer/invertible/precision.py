@@ -39,14 +39,19 @@ PRECISIONS = ("float32", "bfloat16")
 _DTYPE: ContextVar[torch.dtype | None] = ContextVar("conditioner_dtype", default=None)
 
 
-@contextmanager
-def conditioners_in(precision: str) -> Iterator[None]:
-    """Within the block, conditioners fed float32 run under autocast to ``precision``."""
+def _lowered_dtype(precision: str) -> torch.dtype | None:
+    """The autocast dtype of ``precision`` (None: no lowering); unknown names are errors."""
     if precision not in PRECISIONS:
         raise LinearizerError(
             f"unknown conditioner precision {precision!r}; choose one of {PRECISIONS}"
         )
-    token = _DTYPE.set(None if precision == "float32" else getattr(torch, precision))
+    return None if precision == "float32" else getattr(torch, precision)
+
+
+@contextmanager
+def conditioners_in(precision: str) -> Iterator[None]:
+    """Within the block, conditioners fed float32 run under autocast to ``precision``."""
+    token = _DTYPE.set(_lowered_dtype(precision))
     try:
         yield
     finally:
@@ -72,13 +77,10 @@ def resolve_precision(precision: str, device: torch.device) -> str:
     Native means a CUDA device with bfloat16 support, or a CPU whose oneDNN has bfloat16
     kernels (AVX512-BF16 or AMX). Elsewhere bfloat16 is emulated and slower than float32.
     """
-    if precision != "auto":
-        if precision not in PRECISIONS:
-            raise LinearizerError(
-                f"unknown conditioner precision {precision!r}; choose auto or one of {PRECISIONS}"
-            )
-        return precision
-    return "bfloat16" if native_bfloat16(device) else "float32"
+    if precision == "auto":
+        return "bfloat16" if native_bfloat16(device) else "float32"
+    _lowered_dtype(precision)
+    return precision
 
 
 def native_bfloat16(device: torch.device) -> bool:
