@@ -172,7 +172,9 @@ def _batched(fn, x0: Tensor, batch: int) -> tuple[Tensor, float]:
     return torch.cat(parts), seconds
 
 
-def evaluate(out: Path, n: int, threads: int, extra_runs: list[str], tol: float) -> dict:
+def evaluate(
+    out: Path, n: int, threads: int, extra_runs: list[str], tol: float, tau: float | None = None
+) -> dict:
     from linearizer.flow.config import FlowConfig
     from linearizer.flow.task import load_images
     from linearizer.metrics.classifier import load_classifier
@@ -202,7 +204,7 @@ def evaluate(out: Path, n: int, threads: int, extra_runs: list[str], tol: float)
     runs += [(f"ours ({r})", Path(r)) for r in extra_runs]
     for label, run in runs:
         if (run / "config.json").is_file():
-            _rate_flow_run(label, run, noise, add)
+            _rate_flow_run(label, run, noise, add, tau)
 
     fm_info = out / "fm.json"
     if fm_info.is_file():
@@ -229,10 +231,13 @@ def evaluate(out: Path, n: int, threads: int, extra_runs: list[str], tol: float)
     return result
 
 
-def _rate_flow_run(label: str, run: Path, noise: Tensor, add) -> None:
+def _rate_flow_run(label: str, run: Path, noise: Tensor, add, tau: float | None) -> None:
+    """Our samplers at ``tau`` (default: the run's ``sample_temperature``): ``x0 = tau * noise``."""
     from linearizer.flow.task import load_flow_run
 
-    model, _, step = load_flow_run(run)
+    model, cfg, step = load_flow_run(run)
+    tau = cfg.sample_temperature if tau is None else tau
+    noise = tau * noise
     for steps in (100, 1000):
         for final in ("skip", "predict"):
             kw = {"steps": steps, "final": final}
@@ -240,10 +245,10 @@ def _rate_flow_run(label: str, run: Path, noise: Tensor, add) -> None:
             with torch.no_grad():
                 x, dt = _batched(lambda c, kw=kw: model.sample(c, **kw), noise, 250)
             add(label, f"one-step, B from T={steps} Euler, final {final}", 2, x, dt,
-                B_build_s=build, step=step)  # fmt: skip
+                B_build_s=build, step=step, temperature=tau)  # fmt: skip
     with torch.no_grad():
         x, dt = _batched(lambda c: model.sample(c, steps=100, one_step=False), noise, 250)
-    add(label, "multi-step Euler T=100 (latent)", 2, x, dt, step=step)
+    add(label, "multi-step Euler T=100 (latent)", 2, x, dt, step=step, temperature=tau)
 
 
 # --- plots -----------------------------------------------------------------------------------
@@ -311,6 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tol", type=float, default=1e-3, help="rtol = atol of the adaptive solver")
     p.add_argument("--out", default=str(ROOT / "runs" / "bench-quality"))
     p.add_argument("--extra-run", action="append", default=[], help="another flow run to rate")
+    p.add_argument("--ours-temperature", type=float, default=None,
+                   help="noise temperature of our samplers (default: each run's)")  # fmt: skip
     p.add_argument("--plots", default=str(ROOT / "docs" / "benchmarks"))
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -319,7 +326,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.phase in ("all", "train-fm"):
         print(json.dumps(train_fm(out, args.minutes, args.threads)), flush=True)
     if args.phase in ("all", "evaluate"):
-        result = evaluate(out, args.samples, args.threads, args.extra_run, args.tol)
+        result = evaluate(out, args.samples, args.threads, args.extra_run, args.tol,
+                          args.ours_temperature)  # fmt: skip
     elif args.phase == "plot":
         result = json.loads((out / "quality.json").read_text())
     if args.phase in ("all", "evaluate", "plot"):

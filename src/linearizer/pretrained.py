@@ -5,9 +5,9 @@ weights, as its JSON says, in half precision) and ``<file>.json`` (format, the t
 the step, the SHA-256 of the weights file, the checksum of the training data and the model's
 evaluation). :func:`resolve`
 checks the hash, then materialises a run folder (``config.json``, ``run.json``, one float32
-checkpoint) in the user cache, ``<cache>/pretrained/<name>-<hash prefix>``, so every command
-and loader that opens a run opens it: ``linearizer sample pretrained:mnist --n 64 --out DIR``,
-``load_run("pretrained:mnist")`` or :func:`from_pretrained`. The cache is
+checkpoint) in the user cache, ``<cache>/pretrained/<name>-<weights hash>-<config hash>``, so
+every command and loader that opens a run opens it: ``linearizer sample pretrained:mnist --n 64
+--out DIR``, ``load_run("pretrained:mnist")`` or :func:`from_pretrained`. The cache is
 ``$LINEARIZER_DATA``, else ``$XDG_CACHE_HOME/linearizer``, else ``~/.cache/linearizer``.
 
 >>> available()
@@ -20,6 +20,7 @@ torch.Size([8, 1, 32, 32])
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -101,9 +102,12 @@ def cache_root() -> Path:
 
 
 def resolve(name: str) -> Path:
-    """A run folder holding the pretrained model ``name`` (made once per weights file)."""
+    """A run folder holding the pretrained model ``name`` (made once per weights and config)."""
     meta = verify(name)
-    folder = cache_root() / f"{name}-{meta['sha256'][:12]}"
+    # The config is part of the key: a description that changes (a sampler default, say) over
+    # the same weights must not reopen the folder made from the old one.
+    config = json.dumps(meta["config"], sort_keys=True).encode()
+    folder = cache_root() / f"{name}-{meta['sha256'][:12]}-{hashlib.sha256(config).hexdigest()[:8]}"
     if (folder / "run.json").is_file():
         return folder
     weights, _ = asset_paths(name)

@@ -8,6 +8,7 @@ import argparse
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import LinearizerError
@@ -18,8 +19,10 @@ def run(args: argparse.Namespace) -> int:
 
     from ..flow.evaluate import EvalOptions, default_samplers, evaluate_flow, write_results
 
+    tau = 1.0 if args.temperature is None else args.temperature
     opts = EvalOptions(n=args.n, seed=args.seed, batch=args.batch, k=args.k,
-                       kid_subsets=args.kid_subsets, references=not args.no_references)  # fmt: skip
+                       kid_subsets=args.kid_subsets, references=not args.no_references,
+                       temperature=tau)  # fmt: skip
     opts.check()
     samplers = default_samplers(args.steps, args.long_steps, args.method)
     for s in samplers:
@@ -28,6 +31,9 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, cfg, step, folder = _load(args.run, use_ema=not args.no_ema)
+    if args.temperature is None:
+        opts = replace(opts, temperature=cfg.sample_temperature)
+    tau = opts.temperature
     out = Path(args.out) if args.out else folder / "evaluation"
     if model.image_shape[0] != 1:
         raise LinearizerError(
@@ -36,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     names = ", ".join(s.name for s in samplers)
     if args.dry_run:
         print(f"would evaluate {args.run} (step {step}, {cfg.data.dataset}): {opts.n} samples each "
-              f"for {names} -> {out}")  # fmt: skip
+              f"for {names} at temperature {tau:g} -> {out}")  # fmt: skip
         return 0
     from ..flow.task import load_images
 
@@ -48,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                                          train_images=train_images, progress=tick)  # fmt: skip
     results.update({
         "title": f"Evaluation of {args.run} (step {step}, {'raw' if args.no_ema else 'EMA'} "
-                 "weights)",
+                 f"weights, temperature {tau:g})",
         "run": str(args.run), "step": step, "ema": not args.no_ema, "dataset": cfg.data.dataset,
         "seconds": time.perf_counter() - start, "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -111,6 +117,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", default="euler", choices=["euler", "rk4", "rk4-authors"],
                    help="solver collapsed into the one-step matrix")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the noise (same for all samplers)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="std tau of the noise, x0 ~ N(0, tau^2 I) (default: the run's "
+                   "sample_temperature)")  # fmt: skip
     p.add_argument("--k", type=int, default=3, help="nearest neighbours of precision/recall")
     p.add_argument("--kid-subsets", type=int, default=50, help="random subsets of KID")
     p.add_argument("--batch", type=int, default=1000, help="images per network pass")

@@ -11,6 +11,7 @@ import torch
 
 from ..data import save_grid
 from ..errors import LinearizerError
+from ..flow.temperature import check_temperature
 from ..io import atomic_write
 from .common import read_image_batch
 from .flowargs import add_sampler_options, load_model
@@ -19,12 +20,17 @@ from .flowargs import add_sampler_options, load_model
 def run(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise LinearizerError("--n must be >= 1")
+    if args.noise and args.temperature is not None:
+        raise LinearizerError("--temperature scales drawn noise; a --noise file is used as given")
     model, cfg, step, dtype = load_model(args)
+    tau = check_temperature(
+        cfg.sample_temperature if args.temperature is None else args.temperature
+    )
     if args.noise:
         x0 = read_image_batch(args.noise, model.image_shape, "noise file").to(dtype)
     else:
         gen = torch.Generator().manual_seed(args.seed)
-        x0 = torch.randn(args.n, *model.image_shape, generator=gen).to(dtype)
+        x0 = tau * torch.randn(args.n, *model.image_shape, generator=gen).to(dtype)
     if args.dry_run:
         print(f"would sample {len(x0)} images from {args.run} (step {step}) into {args.out}")
         return 0
@@ -51,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     atomic_write(out / "samples.npz", lambda tmp: _save_npz(tmp, x.numpy()))
     print(
         f"{len(x)} {mode} samples ({args.method}, T={args.steps}, final {args.final}, "
-        f"{args.dtype}) in "
+        f"{args.dtype}{'' if args.noise else f', temperature {tau:g}'}) in "
         f"{seconds:.1f} s -> {out / 'samples.npz'}, {out / 'samples.png'}"
     )
     return 0
@@ -74,6 +80,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--multi-step", action="store_true", help="run the solver step by step")
     p.add_argument("--n", type=int, default=64, help="number of samples")
     p.add_argument("--seed", type=int, default=0, help="seed of the noise")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="std tau of the noise, x0 ~ N(0, tau^2 I) (default: the run's "
+                   "sample_temperature)")  # fmt: skip
     p.add_argument("--noise", default=None, help="start from this .npy of noise [N, C, H, W]")
     p.add_argument("--batch", type=int, default=256, help="samples per batch")
     p.set_defaults(func=run)

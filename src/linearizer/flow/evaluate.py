@@ -1,9 +1,9 @@
 """Sample quality of a one-step flow model: FID/KID (LeNet), precision/recall, LeNet confidence.
 
 :func:`evaluate_flow` draws ``n`` one-step samples per sampler (the same noise for every
-sampler), decodes them, and measures them against the reference images (the run's test split:
-the 10,000 MNIST test images) on the 84-d features of our MNIST classifier
-(:mod:`linearizer.metrics.classifier`):
+sampler, ``x0 ~ N(0, tau^2 I)`` at ``EvalOptions.temperature``), decodes them, and measures
+them against the reference images (the run's test split: the 10,000 MNIST test images) on the
+84-d features of our MNIST classifier (:mod:`linearizer.metrics.classifier`):
 
 * FID (LeNet) and KID (LeNet) (:mod:`linearizer.metrics.fid`),
 * improved precision and recall, ``k = 3`` (:mod:`linearizer.metrics.precision_recall`),
@@ -37,6 +37,7 @@ from ..metrics.classifier import LeNet, load_classifier
 from ..metrics.precision_recall import coverage_share, knn_radii
 from .model import OneStepFlow
 from .solvers import check_schedule
+from .temperature import check_temperature
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,10 @@ class EvalOptions:
     kid_subsets: int = 50
     references: bool = True
     dtype: torch.dtype = torch.float64
+    temperature: float = 1.0
 
     def check(self) -> None:
+        check_temperature(self.temperature)
         if self.n < max(self.k + 1, 2):
             raise LinearizerError(f"--n must be at least {max(self.k + 1, 2)}, got {self.n}")
         if self.batch < 1 or self.k < 1 or self.kid_subsets < 1:
@@ -176,7 +179,7 @@ def evaluate_flow(
         raise LinearizerError(f"the reference set needs more than {opts.k} images")
     ref = Reference(reference, classifier, opts)
     gen = torch.Generator().manual_seed(opts.seed)
-    noise = torch.randn(opts.n, *model.image_shape, generator=gen)
+    noise = opts.temperature * torch.randn(opts.n, *model.image_shape, generator=gen)
     rows, keep = [], {}
     for sampler in samplers:
         start = time.perf_counter()

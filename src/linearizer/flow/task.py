@@ -67,7 +67,9 @@ class FlowTask:
     def on_eval(self, model: OneStepFlow, step: int, run_dir: Path) -> dict[str, object]:
         cfg = self.cfg
         noise = self.grid_noise.to(next(model.parameters()).device)
-        x = model.sample(noise, steps=cfg.sample_steps, method=cfg.sample_method)
+        x = model.sample(
+            cfg.sample_temperature * noise, steps=cfg.sample_steps, method=cfg.sample_method
+        )
         path = Path(run_dir) / "samples" / f"step_{step:08d}.png"
         save_grid(x.clamp(0, 1).cpu(), path, scale=2)
         return {"samples": str(path)}
