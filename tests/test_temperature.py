@@ -107,3 +107,18 @@ def test_evaluate_command_defaults_to_the_runs_temperature(run, tmp_path):
     assert a["options"]["temperature"] == 1.0 and b["options"]["temperature"] == 1.5
     assert "temperature 1.5" in b["title"]
     assert a["rows"][0]["fid_lenet"] != b["rows"][0]["fid_lenet"]
+
+
+def test_explorer_draws_at_the_runs_temperature(run, tmp_path):
+    import shutil
+
+    from linearizer.explore import Explorer, open_run
+
+    hot = tmp_path / "hot"
+    shutil.copytree(run, hot)
+    config = json.loads((hot / "config.json").read_text())
+    (hot / "config.json").write_text(json.dumps({**config, "sample_temperature": 2.0}))
+    cold_app, hot_app = Explorer(open_run(run), k=2), Explorer(open_run(hot), k=2)
+    assert (cold_app.flow.temperature, hot_app.flow.temperature) == (1.0, 2.0)
+    # the same weights and seed: only the noise scale differs, so the samples do too
+    assert not np.array_equal(cold_app.flow.sample_picture(5), hot_app.flow.sample_picture(5))

@@ -48,7 +48,8 @@ class FlowViews:
     """Handlers of the Generate, Walk and Invert & edit tabs over one :class:`OneStepFlow`.
 
     ``k`` singular directions are offered as sliders; ``steps``/``method`` fix the B that the
-    walk and the inversion use (default: the run's sampling settings).
+    walk and the inversion use (default: the run's sampling settings); noise is drawn at
+    ``temperature`` (the run's ``sample_temperature``).
     """
 
     def __init__(
@@ -59,8 +60,10 @@ class FlowViews:
         method: str = "euler",
         k: int = 6,
         n_scale: int = 256,
+        temperature: float = 1.0,
     ) -> None:
         self.model = model
+        self.temperature = float(temperature)
         self.shape = model.image_shape
         self.steps, self.method = int(steps), str(method)
         self.param = next(model.parameters())
@@ -70,10 +73,13 @@ class FlowViews:
             self.k = max(1, min(int(k), model.dim))
             self.sigma = s
             self.u, self.v = u[:, : self.k].T.contiguous(), vh[: self.k].contiguous()
-            z0 = self._encode_noise(_noise(0, n_scale, self.shape, self.param))
+            z0 = self._encode_noise(self._x0(0, n_scale))
             self.spread = (z0 @ self.v.T).std(dim=0)
 
     # -- helpers -----------------------------------------------------------------------------
+    def _x0(self, seed: int, count: int) -> Tensor:
+        return self.temperature * _noise(seed, count, self.shape, self.param)
+
     def _encode_noise(self, x0: Tensor) -> Tensor:
         return self.model.encode(x0, NOISE).to(F64)
 
@@ -101,7 +107,7 @@ class FlowViews:
         """One-step (``x = g_data^-1(B g_noise(x0))``) and multi-step samples of the same noise,
         their PSNR and the time each took."""
         steps, method, count = self._check(steps, method, count)
-        x0 = _noise(seed, count, self.shape, self.param)
+        x0 = self._x0(seed, count)
         t0 = time.perf_counter()
         cached = (steps, method, "skip", F64) in self.model._cache
         self.model.one_step_matrix(steps=steps, method=method, dtype=F64)
@@ -150,7 +156,7 @@ class FlowViews:
         combination ``B z0 + sum_i c_i s_i sigma_i u_i`` (equal to the first up to rounding)."""
         if c.numel() != self.k or not torch.isfinite(c).all():
             raise LinearizerError(f"the walk takes {self.k} finite coefficients, got {c.numel()}")
-        z0 = self._encode_noise(_noise(seed, 1, self.shape, self.param))
+        z0 = self._encode_noise(self._x0(seed, 1))
         step = c.to(F64) * self.spread
         z1 = (z0 + step @ self.v) @ self.b.T  # the generator applied to the moved noise
         base = z0 @ self.b.T
@@ -191,7 +197,7 @@ class FlowViews:
     def sample_picture(self, seed: int) -> np.ndarray:
         """A one-step sample of noise ``seed`` (an input when nothing was drawn or uploaded)."""
         with torch.no_grad():
-            x0 = _noise(seed, 1, self.shape, self.param)
+            x0 = self._x0(seed, 1)
             z1 = self._encode_noise(x0) @ self.b.T
             x = self._decode_data(z1).clamp(0, 1)
         return np.rint(x[0, 0].double().cpu().numpy() * 255).astype(np.uint8)

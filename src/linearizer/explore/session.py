@@ -50,6 +50,7 @@ class Explorer:
                 model,
                 steps=steps or getattr(cfg, "sample_steps", 100),
                 method=method or getattr(cfg, "sample_method", "euler"),
+                temperature=getattr(cfg, "sample_temperature", 1.0),
                 k=k,
             )
         elif self.kind in ("projective", "ign"):

@@ -62,7 +62,7 @@ class FlowConfig(TrainConfig):
     sample_temperature: float = option(
         1.0,
         "std tau of the noise the samplers draw, x0 ~ N(0, tau^2 I) (Glow's temperature): "
-        "training grids, linearizer sample and linearizer evaluate default to it",
+        "training grids, linearizer sample, evaluate and explore draw at it",
     )
 
     def validate(self) -> None:
