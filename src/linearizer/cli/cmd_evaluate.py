@@ -19,10 +19,10 @@ def run(args: argparse.Namespace) -> int:
 
     from ..flow.evaluate import EvalOptions, default_samplers, evaluate_flow, write_results
 
-    tau = 1.0 if args.temperature is None else args.temperature
+    given = 1.0 if args.temperature is None else args.temperature  # checked before loading
     opts = EvalOptions(n=args.n, seed=args.seed, batch=args.batch, k=args.k,
                        kid_subsets=args.kid_subsets, references=not args.no_references,
-                       temperature=tau)  # fmt: skip
+                       temperature=given)  # fmt: skip
     opts.check()
     samplers = default_samplers(args.steps, args.long_steps, args.method)
     for s in samplers:
