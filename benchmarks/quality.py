@@ -232,7 +232,8 @@ def evaluate(
 
 
 def _rate_flow_run(label: str, run: Path, noise: Tensor, add, tau: float | None) -> None:
-    """Our samplers at ``tau`` (default: the run's ``sample_temperature``): ``x0 = tau * noise``."""
+    """Our samplers at ``tau`` (default: the run's ``sample_temperature``): ``x0 = tau * noise``;
+    the sampler the run's latent calibration was fitted for applies it (``calibrated``)."""
     from linearizer.flow.task import load_flow_run
 
     model, cfg, step = load_flow_run(run)
@@ -245,7 +246,8 @@ def _rate_flow_run(label: str, run: Path, noise: Tensor, add, tau: float | None)
             with torch.no_grad():
                 x, dt = _batched(lambda c, kw=kw: model.sample(c, **kw), noise, 250)
             add(label, f"one-step, B from T={steps} Euler, final {final}", 2, x, dt,
-                B_build_s=build, step=step, temperature=tau)  # fmt: skip
+                B_build_s=build, step=step, temperature=tau,
+                calibrated=model.calibrates(steps, "euler", final))  # fmt: skip
     with torch.no_grad():
         x, dt = _batched(lambda c: model.sample(c, steps=100, one_step=False), noise, 250)
     add(label, "multi-step Euler T=100 (latent)", 2, x, dt, step=step, temperature=tau)

@@ -1,9 +1,10 @@
 """Pretrained models shipped inside the package: open them without data and without training.
 
 Each model is two package assets, ``linearizer/assets/<file>.safetensors`` (the EMA or the raw
-weights, as its JSON says, in half precision) and ``<file>.json`` (format, the training config,
-the step, the SHA-256 of the weights file, the checksum of the training data and the model's
-evaluation). :func:`resolve`
+weights, as its JSON says, in half precision, and the model's latent calibration, if any, as
+``calibration.basis``/``calibration.core`` in float32) and ``<file>.json`` (format, the training
+config, the step, the SHA-256 of the weights file, the checksum of the training data, how the
+calibration was fitted and the model's evaluation). :func:`resolve`
 checks the hash, then materialises a run folder (``config.json``, ``run.json``, one float32
 checkpoint) in the user cache, ``<cache>/pretrained/<name>-<weights hash>-<config hash>``, so
 every command and loader that opens a run opens it: ``linearizer sample pretrained:mnist --n 64
@@ -36,6 +37,8 @@ from .errors import LinearizerError
 from .io import load_tensors, read_json, save_tensors, write_json
 
 FORMAT = "linearizer.pretrained/1"
+# Tensors of a shipped latent calibration (flow.calibration) beside the weights in one file.
+CALIBRATION = "calibration."
 # name -> asset file stem in linearizer/assets
 ASSETS = {"mnist": "flow_mnist", "mnist-r16": "flow_mnist_r16"}
 
@@ -112,7 +115,10 @@ def resolve(name: str) -> Path:
         return folder
     weights, _ = asset_paths(name)
     model, cfg = _build(meta)
-    state = {k: v.to(model.state_dict()[k].dtype) for k, v in load_tensors(weights).items()}
+    tensors = load_tensors(weights)
+    calibration = {k: tensors.pop(k) for k in list(tensors) if k.startswith(CALIBRATION)}
+    reference = model.state_dict()
+    state = {k: v.to(reference[k].dtype) if k in reference else v for k, v in tensors.items()}
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
@@ -122,6 +128,8 @@ def resolve(name: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
         _write_run(tmp, model, cfg, meta)
+        if calibration:
+            _write_calibration(tmp, calibration, meta, weights)
         try:
             os.rename(tmp, folder)  # atomic: a concurrent resolve sees all or nothing
         except OSError:
@@ -152,6 +160,18 @@ def _write_run(folder: Path, model: nn.Module, cfg: Any, meta: dict[str, Any]) -
                                      "pretrained": meta.get("name", "")})  # fmt: skip
 
 
+def _write_calibration(folder: Path, tensors: dict, meta: dict[str, Any], source: Path) -> None:
+    """The asset's latent calibration as the run folder's (the folder's weights are "model")."""
+    from .flow.calibration import FitOptions, from_tensors, save_calibration
+
+    try:
+        fit = FitOptions(**meta["calibration"]["fit"])
+        cal = from_tensors(tensors, CALIBRATION, fit)
+    except (KeyError, TypeError) as e:
+        raise LinearizerError(f"{source} holds an incomplete latent calibration ({e})") from None
+    save_calibration(folder, {"model": cal}, int(meta["step"]), fit)
+
+
 def from_pretrained(name: str = "mnist") -> nn.Module:
     """The pretrained model ``name`` in eval mode (for ``"mnist"``: a one-step flow)."""
     from .training.runs import load_run
@@ -168,8 +188,8 @@ def export(
     use_ema: bool = True,
 ) -> Path:
     """Write a run's weights (EMA ones when present and ``use_ema``) as a half-precision asset
-    ``<out_dir>/<file>.safetensors`` plus its description (``extra`` adds e.g. the data
-    checksum and the evaluation)."""
+    ``<out_dir>/<file>.safetensors``, with the run's latent calibration for those weights,
+    plus its description (``extra`` adds e.g. the data checksum and the evaluation)."""
     from .training.runs import load_run
 
     run = load_run(run_dir, use_ema=use_ema)
@@ -177,6 +197,13 @@ def export(
     out = Path(out_dir)
     state = {k: v.detach().to(torch.float16) if v.is_floating_point() else v
              for k, v in run.model.state_dict().items()}  # fmt: skip
+    cal = getattr(run.model, "calibration", None)
+    if cal is not None:  # float32: K multiplies every sample's latent, keep it finer than f16
+        state[f"{CALIBRATION}basis"] = cal.basis.to(torch.float32)
+        state[f"{CALIBRATION}core"] = cal.core.to(torch.float32)
+        from .flow.calibration import calibration_info
+
+        extra = {**extra, "calibration": {"fit": calibration_info(run.path)["fit"]}}
     weights = save_tensors(out / f"{file}.safetensors", state, metadata={"format": FORMAT})
     meta = {"format": FORMAT, "name": name, "kind": run.kind, "step": run.step,
             "config": run.config.to_dict(), "dtype": "float16",

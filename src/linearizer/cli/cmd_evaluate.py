@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import LinearizerError
+from .flowargs import add_calibration_option
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, cfg, step, folder = _load(args.run, use_ema=not args.no_ema)
+    if args.no_calibration:
+        model.calibration = None
+    calibrated = _calibration_words(model.calibration)
     if args.temperature is None:
         opts = replace(opts, temperature=cfg.sample_temperature)
     tau = opts.temperature
@@ -42,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     names = ", ".join(s.name for s in samplers)
     if args.dry_run:
         print(f"would evaluate {args.run} (step {step}, {cfg.data.dataset}): {opts.n} samples each "
-              f"for {names} at temperature {tau:g} -> {out}")  # fmt: skip
+              f"for {names} at temperature {tau:g}, {calibrated} -> {out}")  # fmt: skip
         return 0
     from ..flow.task import load_images
 
@@ -54,8 +58,11 @@ def run(args: argparse.Namespace) -> int:
                                          train_images=train_images, progress=tick)  # fmt: skip
     results.update({
         "title": f"Evaluation of {args.run} (step {step}, {'raw' if args.no_ema else 'EMA'} "
-                 f"weights, temperature {tau:g})",
+                 f"weights, temperature {tau:g}, {calibrated})",
         "run": str(args.run), "step": step, "ema": not args.no_ema, "dataset": cfg.data.dataset,
+        "calibration": None if model.calibration is None else {
+            "steps": model.calibration.steps, "method": model.calibration.method,
+            "final": model.calibration.final},
         "seconds": time.perf_counter() - start, "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "command": "linearizer " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
@@ -67,6 +74,12 @@ def run(args: argparse.Namespace) -> int:
               f"{row['confidence']:.3f}  smallest class {row['min_class_share']:.1%}")  # fmt: skip
     print(f"-> {out / 'results.json'}, {out / 'results.md'}, grids in {out}")
     return 0
+
+
+def _calibration_words(cal) -> str:
+    if cal is None:
+        return "no latent calibration"
+    return f"latent calibration for {cal.method} T = {cal.steps}, final {cal.final}"
 
 
 def _load(spec: str, use_ema: bool):
@@ -126,6 +139,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-references", action="store_true",
                    help="skip the training-images and uniform-noise rows")  # fmt: skip
     p.add_argument("--no-ema", action="store_true", help="use the raw weights, not the EMA")
+    add_calibration_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--dry-run", action="store_true", help="check the inputs, say what would run")

@@ -53,11 +53,14 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     out = Path(args.out)
     mode = "multi-step" if args.multi_step else "one-step"
+    calibrated = (
+        ", latent calibration" if model.calibrates(args.steps, args.method, args.final) else ""
+    )
     save_grid(x[:64].clamp(0, 1), out / "samples.png", nrow=8, scale=2)
     atomic_write(out / "samples.npz", lambda tmp: _save_npz(tmp, x.numpy()))
     print(
         f"{len(x)} {mode} samples ({args.method}, T={args.steps}, final {args.final}, "
-        f"{args.dtype}{'' if args.noise else f', temperature {tau:g}'}) in "
+        f"{args.dtype}{'' if args.noise else f', temperature {tau:g}'}{calibrated}) in "
         f"{seconds:.1f} s -> {out / 'samples.npz'}, {out / 'samples.png'}"
     )
     return 0

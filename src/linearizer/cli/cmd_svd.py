@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..flow.solvers import METHODS
+from .flowargs import add_calibration_option
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,6 +22,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     loaded = load_run(args.run, expect="flow")
     model, step = loaded.model, loaded.step
+    if args.no_calibration:
+        model.calibration = None
     result = induced_svd(model, steps=args.steps, method=args.method, k=args.k, seed=args.seed)
     paths = render_svd(result, args.out)
     top = ", ".join(f"{float(s):.4g}" for s in result.sigma[: min(args.k, 8)])
@@ -42,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="solver whose one-step matrix is decomposed")  # fmt: skip
     p.add_argument("--k", type=int, default=16, help="singular directions to draw")
     p.add_argument("--seed", type=int, default=0, help="seed of the noise that sets the scales")
+    add_calibration_option(p)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--dry-run", action="store_true", help="check the run and exit")
     p.set_defaults(func=run)

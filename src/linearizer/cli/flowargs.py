@@ -51,8 +51,15 @@ def add_sampler_options(
         "D >= 4096 and U, V are at most half of D x D)",
     )
     p.add_argument("--no-ema", action="store_true", help="use the raw weights, not the EMA")
+    add_calibration_option(p)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--dry-run", action="store_true", help="check the inputs and exit")
+
+
+def add_calibration_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-calibration", action="store_true",
+                   help="sample the trained map without the run's latent calibration (linearizer "
+                   "calibrate)")  # fmt: skip
 
 
 def load_model(args: argparse.Namespace):
@@ -60,6 +67,8 @@ def load_model(args: argparse.Namespace):
 
     run = load_run(args.run, use_ema=not args.no_ema, expect="flow")
     model, cfg, step = run.model, run.config, run.step
+    if args.no_calibration:
+        model.calibration = None
     dtype = parse_dtype(args.dtype)
     if dtype == torch.float64:  # end to end: networks too, so nothing rounds to float32
         model = copy.deepcopy(model).double()

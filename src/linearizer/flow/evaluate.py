@@ -9,6 +9,9 @@ them against the reference images (the run's test split: the 10,000 MNIST test i
 * improved precision and recall, ``k = 3`` (:mod:`linearizer.metrics.precision_recall`),
 * LeNet mean confidence (mean max-softmax), entropy and the histogram of predicted classes.
 
+A sampler that the model's latent calibration was fitted for (:mod:`linearizer.flow.calibration`)
+applies it; its row says so (``calibrated``).
+
 Reference rows put the numbers in scale: ``n`` random training images (the best a generator
 can do) and ``n`` uniform-noise images (about the worst). Samples are clamped to [0, 1] before
 the classifier sees them, as in every grid. Nothing here depends on the CLI; the command
@@ -185,8 +188,11 @@ def evaluate_flow(
         start = time.perf_counter()
         images = draw_samples(model, noise, sampler, opts, progress)
         seconds = time.perf_counter() - start
-        rows.append({"name": sampler.name, "what": sampler.describe(), **asdict(sampler),
-                     "sample_seconds": seconds, **ref.measure(images)})  # fmt: skip
+        calibrated = model.calibrates(sampler.steps, sampler.method, sampler.final)
+        what = sampler.describe() + (", latent calibration" if calibrated else "")
+        rows.append({"name": sampler.name, "what": what, **asdict(sampler),
+                     "calibrated": calibrated, "sample_seconds": seconds,
+                     **ref.measure(images)})  # fmt: skip
         keep[sampler.name] = images[:64]
     if opts.references:
         if train_images is not None:

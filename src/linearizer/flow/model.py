@@ -20,6 +20,7 @@ from ..image_model import ImageModel
 from ..operators.base import LinearOperator
 from ..operators.dense import Dense
 from . import factored, solvers
+from .calibration import LatentCalibration
 
 DATA, NOISE = 1.0, 0.0
 
@@ -32,6 +33,10 @@ class OneStepFlow(ImageModel):
 
     The sampler's generator is a :class:`Linearizer`: ``model.generator(steps=100).svd(8)``,
     ``.pinv(x)`` and the rest of its algebra apply to ``g_data^-1(B g_noise(.))`` directly.
+
+    ``calibration``: an optional :class:`~linearizer.flow.calibration.LatentCalibration` K that
+    the sampler it was fitted for applies after B (``z1 = K B z0``); ``None`` samples the
+    trained map as is.
     """
 
     def __init__(self, net: nn.Module, op: LinearOperator, image_shape: tuple[int, int, int]):
@@ -43,6 +48,26 @@ class OneStepFlow(ImageModel):
                 f"{self.image_shape} flatten to {self.dim}"
             )
         self._cache: dict[tuple, tuple[tuple, Any]] = {}
+        self._calibration: LatentCalibration | None = None
+
+    @property
+    def calibration(self) -> LatentCalibration | None:
+        """The latent calibration K its sampler applies after B (None: none)."""
+        return self._calibration
+
+    @calibration.setter
+    def calibration(self, cal: LatentCalibration | None) -> None:
+        if cal is not None and cal.dim != self.dim:
+            raise LinearizerError(
+                f"the calibration acts on {cal.dim}-d latents, the model's are {self.dim}-d"
+            )
+        self._calibration = cal
+        self._cache.clear()  # every cached B was built with the former K
+
+    def calibrates(self, steps: int, method: str, final: str) -> bool:
+        """Whether this sampler applies the model's calibration K (the one it was fitted for)."""
+        cal = self._calibration
+        return cal is not None and cal.applies_to(steps, method, final)
 
     # --- the two induced spaces -------------------------------------------------------------
     @property
@@ -119,10 +144,25 @@ class OneStepFlow(ImageModel):
             )
             z1 = factored.apply_rows(b, z0.to(work))
         else:
-            z1 = solvers.integrate(
-                self.op, z0, steps=steps, method=method, final=final, dtype=work, callback=callback
-            )
+            z1 = self.integrate(z0, steps=steps, method=method, final=final, dtype=work,
+                                callback=callback)  # fmt: skip
         return self.decode(z1.to(z0.dtype), DATA)
+
+    def integrate(
+        self,
+        z0: Tensor,
+        *,
+        steps: int = 100,
+        method: str = "euler",
+        final: str = "skip",
+        dtype: torch.dtype | None = None,
+        callback: solvers.Callback | None = None,
+    ) -> Tensor:
+        """Data latents ``z(1)`` of noise latents ``z0`` by the multi-step solver
+        (:func:`linearizer.flow.solvers.integrate`), then ``K`` if it belongs to this sampler."""
+        z1 = solvers.integrate(self.op, z0, steps=steps, method=method, final=final,
+                               dtype=dtype, callback=callback)  # fmt: skip
+        return self._calibration.apply_rows(z1) if self.calibrates(steps, method, final) else z1
 
     def one_step_matrix(
         self,
@@ -139,6 +179,8 @@ class OneStepFlow(ImageModel):
         if hit is not None and hit[0] == version:
             return hit[1]
         b = solvers.collapse(self.op, steps=steps, method=method, final=final, dtype=dtype)
+        if self.calibrates(steps, method, final):
+            b = self._calibration.compose(b)
         self._cache[key] = (version, b)
         return b
 
@@ -162,7 +204,10 @@ class OneStepFlow(ImageModel):
         hit = self._cache.get(key)
         if hit is None or hit[0] != version:
             kw = dict(steps=steps, method=method, final=final, dtype=dtype, form=form)
-            hit = self._cache[key] = (version, factored.one_step(self.op, **kw))
+            b = factored.one_step(self.op, **kw)
+            if self.calibrates(steps, method, final):
+                b = self._calibration.compose(b)
+            hit = self._cache[key] = (version, b)
         return hit[1]
 
     def invert(self, x1: Tensor, b: Tensor | factored.FactoredMatrix) -> Tensor:

@@ -3,6 +3,8 @@ matching, and loading a trained run back for sampling and evaluation."""
 
 from __future__ import annotations
 
+import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -10,9 +12,11 @@ from torch import Tensor, nn
 
 from ..data import save_grid
 from ..data.config import load_images as data_images
+from ..errors import LinearizerError
 from ..training.random_streams import StepRandom
 from ..training.runs import load_run, read_run_config, register_run_kind
 from .build import build_flow
+from .calibration import FitOptions, fit_calibration, load_calibration, save_calibration
 from .config import FlowConfig
 from .model import OneStepFlow
 from .objective import (
@@ -74,6 +78,25 @@ class FlowTask:
         save_grid(x.clamp(0, 1).cpu(), path, scale=2)
         return {"samples": str(path)}
 
+    def on_finish(self, model: OneStepFlow, ema, step: int, run_dir: Path) -> dict | None:
+        """Fit the latent calibration for the raw and the EMA weights of the final checkpoint
+        (``calibration_samples`` > 0), for the default sampler of ``linearizer sample``."""
+        n = self.cfg.calibration_samples
+        if not n:
+            return None
+        opts = FitOptions(n=n, temperature=self.cfg.sample_temperature, seed=self.cfg.seed)
+        start = time.perf_counter()
+        try:
+            fits = {"model": fit_calibration(model, self.images, opts)}
+            if ema is not None:
+                with ema.applied(model):
+                    fits["ema"] = fit_calibration(model, self.images, opts)
+        except LinearizerError as e:  # the trained run stays usable, uncalibrated
+            warnings.warn(f"no latent calibration for {run_dir}: {e}", stacklevel=1)
+            return {"calibration": f"failed: {e}"}
+        save_calibration(run_dir, fits, step, opts)
+        return {"calibration_seconds": time.perf_counter() - start}
+
 
 def run_config(run_dir: str | Path) -> FlowConfig:
     """The resolved config of a flow run folder (one clear error if it is not one)."""
@@ -96,6 +119,10 @@ def _channels(cfg: FlowConfig) -> int:
     return cfg.data.channels
 
 
-register_run_kind("flow", FlowConfig, _build_for_run)
+def _attach_calibration(model: OneStepFlow, run_dir: Path, step: int, section: str) -> None:
+    model.calibration = load_calibration(run_dir, step, section)
+
+
+register_run_kind("flow", FlowConfig, _build_for_run, attach=_attach_calibration)
 
 __all__ = ["FlowTask", "load_flow_run", "load_images", "resolve_perceptual", "draw_noise"]

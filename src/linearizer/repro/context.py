@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import LinearizerError
-from ..flow import solvers
 from ..flow.config import FlowConfig
 from ..flow.model import DATA, NOISE, OneStepFlow
 from .numbers import F64
@@ -95,7 +94,7 @@ class Context:
         if one_step:
             b = model.one_step_matrix(steps=steps, method=method, dtype=dtype)
             return (z0.to(dtype) @ b.T).cpu()
-        return solvers.integrate(model.op, z0, steps=steps, method=method, dtype=dtype).cpu()
+        return model.integrate(z0, steps=steps, method=method, dtype=dtype).cpu()
 
     def for_lenet(self, images: Tensor) -> Tensor:
         """Images as the LeNet reads them: float32, clamped to [0, 1], 32x32 (resized if not)."""

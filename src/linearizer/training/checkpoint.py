@@ -52,6 +52,8 @@ class Checkpoint:
     path: Path
     step: int
     meta: dict[str, Any] = field(repr=False)
+    # Which weights a load put into the model: "ema" (the averaged ones) or "model" (raw).
+    section: str = "model"
 
     @property
     def config(self) -> dict[str, Any] | None:
@@ -493,4 +495,5 @@ def load_weights(
         # The EMA holds each shared tensor once, under its parameter/buffer name.
         weights.update({k: v for k, v in ema.items() if k in weights})
     _load_model(model, weights, meta.get("model_aliases", {}))
-    return Checkpoint(path=path, step=int(meta["step"]), meta=meta)
+    section = "ema" if use_ema and ema else "model"
+    return Checkpoint(path=path, step=int(meta["step"]), meta=meta, section=section)

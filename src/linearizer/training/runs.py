@@ -47,6 +47,7 @@ class Run:
     config: Any
     step: int
     path: Path
+    weights: str = "model"  # the checkpoint section loaded: "ema" or "model" (raw)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class RunKind:
     build: Callable[[Any, Path], nn.Module]
     # The finer kind a config names (a projective run of the IGN baseline is "ign").
     label: Callable[[Any], str] | None = None
+    # What the run folder adds to the loaded model: (model, folder, step, weights section).
+    attach: Callable[[nn.Module, Path, int, str], None] | None = None
 
 
 _KINDS: dict[str, RunKind] = {}
@@ -68,9 +71,12 @@ def register_run_kind(
     config: type[Config],
     build: Callable[[Any, Path], nn.Module],
     label: Callable[[Any], str] | None = None,
+    attach: Callable[[nn.Module, Path, int, str], None] | None = None,
 ) -> None:
-    """Make runs whose ``run.json`` says ``kind: name`` loadable by :func:`load_run`."""
-    _KINDS[name] = RunKind(name, config, build, label)
+    """Make runs whose ``run.json`` says ``kind: name`` loadable by :func:`load_run`;
+    ``attach(model, folder, step, section)`` runs after the weights are loaded (``section``:
+    ``"ema"`` or ``"model"``, the weights that were)."""
+    _KINDS[name] = RunKind(name, config, build, label, attach)
 
 
 def run_kind(name: str) -> RunKind:
@@ -139,8 +145,10 @@ def load_run(spec: str | Path, *, use_ema: bool = True, expect: str | None = Non
         raise LinearizerError(f"{run} holds no usable checkpoint" + (f" ({why})" if why else ""))
     model = kind.build(cfg, run)
     ckpt = load_weights(path, model, use_ema=use_ema, model_kind=kind.name)
+    if kind.attach is not None:
+        kind.attach(model, run, ckpt.step, ckpt.section)
     label = kind.label(cfg) if kind.label else kind.name
-    return Run(label, model.eval(), cfg, ckpt.step, run)
+    return Run(label, model.eval(), cfg, ckpt.step, run, ckpt.section)
 
 
 __all__ = ["Run", "RunKind", "folder_kind", "load_run", "read_run_config", "register_run_kind"]

@@ -87,8 +87,10 @@ class Task(Protocol):
 
     Optional methods: ``on_eval(model, step, run_dir) -> dict | None`` (rank 0, EMA weights
     applied, eval mode, no grad; numbers are logged as ``eval/<name>``, ``str``/``Path`` values as
-    images) and ``param_groups(model) -> list[dict]`` (optimizer groups; default: all
-    parameters).
+    images), ``on_finish(model, ema, step, run_dir) -> dict | None`` (rank 0, once after the
+    final checkpoint, raw weights in eval mode, no grad; ``ema`` is the :class:`EMA` or None;
+    what it returns goes into ``run.json`` under ``finish``) and ``param_groups(model) ->
+    list[dict]`` (optimizer groups; default: all parameters).
     """
 
     kind: str
@@ -458,9 +460,10 @@ class Trainer:
         summary = {"step": step, "stopped": stopped, "loss": last_loss, "seconds": seconds,
                    "steps_per_s": rate}  # fmt: skip
         tracker.log_summary(step, summary)
+        finish = self._finish(model, ema, env, step)
         self._status(env, status="finished" if stopped == "max_steps" else "stopped",
                      stopped=stopped, step=step, max_steps=cfg.max_steps, seconds=seconds,
-                     loss=last_loss)  # fmt: skip
+                     loss=last_loss, **({"finish": finish} if finish else {}))  # fmt: skip
         if stopped != "max_steps" and env.is_main:
             print(f"linearizer: {cfg.max_minutes:g}-minute budget reached; stopped at step "
                   f"{step} of {cfg.max_steps} (checkpoint saved)", file=sys.stderr)  # fmt: skip
@@ -475,6 +478,18 @@ class Trainer:
                             config=self.cfg.to_dict(), model_kind=self.kind,
                             keep_last=self.cfg.keep_last)  # fmt: skip
         return path
+
+    def _finish(self, model, ema, env: D.DistEnv, step: int) -> dict | None:
+        """The task's ``on_finish`` (after the training clock stopped: it is not budgeted)."""
+        hook = getattr(self.task, "on_finish", None)
+        if not env.is_main or not callable(hook):
+            return None
+        model.eval()
+        try:
+            with torch.no_grad():
+                return hook(model, ema, step, self.run_dir)
+        finally:
+            model.train()
 
     def _eval(self, model, ema, env: D.DistEnv, tracker, step: int) -> None:
         hook = getattr(self.task, "on_eval", None)

@@ -1,0 +1,83 @@
+"""``linearizer calibrate RUN``: fit a flow run's latent calibration (``flow.calibration``) on
+its training images and store it in the run, so every sampler of the run applies it."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import asdict
+
+from ..errors import LinearizerError
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ..flow.calibration import FitOptions, fit_calibration, save_calibration
+    from ..flow.temperature import check_temperature
+    from ..training.runs import PRETRAINED, load_run
+
+    if str(args.run).startswith(PRETRAINED):
+        raise LinearizerError(
+            f"{args.run} ships with its calibration; calibrate a run folder (or sample with "
+            "--no-calibration)"
+        )
+    if args.n < 2:
+        raise LinearizerError(f"--n must be >= 2, got {args.n}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sections = {}
+    for use_ema in (False, True):
+        loaded = load_run(args.run, use_ema=use_ema, expect="flow")
+        sections[loaded.weights] = loaded
+    cfg, step = loaded.config, loaded.step
+    tau = check_temperature(cfg.sample_temperature if args.temperature is None
+                            else args.temperature)  # fmt: skip
+    opts = FitOptions(n=args.n, steps=args.steps, method=args.method, final=args.final,
+                      temperature=tau, seed=args.seed)  # fmt: skip
+    names = " and ".join("EMA" if s == "ema" else "raw" for s in sorted(sections))
+    if args.dry_run:
+        print(f"would calibrate {args.run} (step {step}; {names} weights) on {opts.n} samples "
+              f"at temperature {tau:g}, {opts.method} T = {opts.steps}, "
+              f"final {opts.final}")  # fmt: skip
+        return 0
+    from ..flow.task import load_images
+
+    images, _ = load_images(cfg, "train")
+    start = time.perf_counter()
+    fits = {s: fit_calibration(r.model, images, opts) for s, r in sections.items()}
+    path = save_calibration(loaded.path, fits, step, opts)
+    for s, cal in sorted(fits.items()):
+        lo, hi = cal.spectrum()
+        print(f"{'EMA' if s == 'ema' else 'raw'} weights: {cal.basis.shape[1]} directions, "
+              f"scales {lo:.3g} .. {hi:.3g}")  # fmt: skip
+    print(f"calibrated {args.run} (step {step}) in {time.perf_counter() - start:.0f} s "
+          f"-> {path} ({', '.join(f'{k}={v}' for k, v in asdict(opts).items())})")  # fmt: skip
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        help="fit a flow run's latent calibration on its training images",
+        description="Fit the symmetric linear map K on the generator's output latents that gives "
+        "the samples the covariance of the training images' latents in the sampler's range "
+        "(the Gaussian optimal-transport map), for the raw and the EMA weights of RUN's newest "
+        "checkpoint, and store it in RUN (calibration.safetensors). Every sampler of the run "
+        "then draws g_data^-1(K B g_noise(x0)); --no-calibration on sample and evaluate turns it "
+        "off. Training with calibration_samples > 0 (the cpu preset) does this at the end.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )  # fmt: skip
+    p.add_argument("run", help="a flow run folder")
+    p.add_argument("--n", type=int, default=10_000, help="noise draws and training images")
+    p.add_argument("--steps", type=int, default=1000, help="T of the sampler calibrated")
+    p.add_argument("--method", default="euler", choices=["euler", "rk4", "rk4-authors"],
+                   help="solver of the sampler calibrated")  # fmt: skip
+    p.add_argument("--final", default="predict", choices=["skip", "predict"],
+                   help="last interval of the sampler calibrated")  # fmt: skip
+    p.add_argument("--temperature", type=float, default=None,
+                   help="std tau of the noise (default: the run's sample_temperature)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="seed of the noise and image draw")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--dry-run", action="store_true", help="check the inputs, say what would run")
+    p.set_defaults(func=run)

@@ -1,0 +1,250 @@
+"""Latent calibration: a linear map on the generator's output latents, fitted to the training
+images so the one-step samples spread like the data, while the generator stays linear.
+
+A one-step flow trained with the authors' objective comes out under-dispersed: its output
+latents ``z1 = B g_noise(x0)`` vary less, and in other proportions, than the training images'
+latents ``g_data(x1)``. The calibration is the symmetric map ``K = I + Q (M - I) Q^T`` where
+
+* ``Q [D, k]`` is an orthonormal basis of the range of the collapsed sampler B (its top ``k``
+  left singular vectors, ``k`` at most the rank of the operator A(t)), where the samples live
+  (all of them with ``final="predict"``, all but B's ``1/T`` identity part with ``"skip"``), and
+* ``M [k, k]`` is the linear optimal-transport (Monge) map between two centred Gaussians in
+  those coordinates, ``M = S^-1/2 (S^1/2 C S^1/2)^1/2 S^-1/2``: ``S`` the covariance of the
+  samples' coordinates ``Q^T z1`` at ``x0 ~ N(0, tau^2 I)``, ``C`` that of the training images'
+  coordinates ``Q^T g_data(x1)``. ``M S M = C``: calibrated samples have the data's covariance in
+  the sampler's range, and among all linear maps that achieve it, ``M`` moves them least.
+
+The generator becomes ``g_data^-1(K B g_noise(.))``: still one matrix, so every exactness claim
+(linearity, one-step = multi-step, SVD) holds unchanged. The fit uses training images only:
+never the test images, and never the classifier behind FID (LeNet).
+:class:`~linearizer.flow.model.OneStepFlow` applies ``model.calibration`` in the sampler it
+was fitted for (by default the one of ``linearizer sample``: Euler, T = 1000, the jump to the
+prediction), one-step and multi-step alike; a run keeps it in ``RUN/calibration.safetensors``
+(:func:`save_calibration`), which :func:`~linearizer.training.runs.load_run` attaches.
+
+>>> import torch
+>>> from linearizer.flow.build import build_flow
+>>> from linearizer.flow.config import SMOKE
+>>> model = build_flow(SMOKE, channels=1).double()
+>>> cal = fit_calibration(model, torch.rand(256, 1, 8, 8), n=256, steps=10)
+>>> cal.basis.shape, cal.core.shape
+(torch.Size([64, 2]), torch.Size([2, 2]))
+>>> bool(torch.allclose(cal.core, cal.core.T))
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import LinearizerError
+from ..io import load_tensors, read_json, save_tensors, write_json
+from . import factored, solvers
+
+F64 = torch.float64
+FILE, META = "calibration.safetensors", "calibration.json"
+FORMAT = "linearizer.calibration/1"
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """What a calibration was fitted on: ``n`` noise draws at temperature ``temperature`` and
+    ``n`` training images (or all, if fewer), through the sampler ``steps``/``method``/``final``."""
+
+    n: int = 10_000
+    steps: int = 1000
+    method: str = "euler"
+    final: str = "predict"
+    temperature: float = 1.0
+    seed: int = 0
+    batch: int = 1000
+
+
+@dataclass(frozen=True)
+class LatentCalibration:
+    """``K = I + Q (M - I) Q^T``: ``basis`` Q ``[D, k]`` orthonormal, ``core`` M ``[k, k]``
+    symmetric positive definite (float64), fitted for the sampler ``steps``/``method``/``final``.
+
+    K belongs to that sampler: its B decides where the samples lie, and the directions K
+    stretches most are those B nearly discards. Other samplers (the authors' ``T = 100``
+    grid, the invertible ``final="skip"`` matrices of ``invert``) run without it
+    (:meth:`applies_to`).
+    """
+
+    basis: Tensor
+    core: Tensor
+    steps: int = 1000
+    method: str = "euler"
+    final: str = "predict"
+
+    def __post_init__(self) -> None:
+        q, m = self.basis, self.core
+        if q.dim() != 2 or m.shape != (q.shape[1], q.shape[1]):
+            raise LinearizerError(
+                f"calibration basis [D, k] and core [k, k] disagree: {list(q.shape)}, "
+                f"{list(m.shape)}"
+            )
+        if not (torch.isfinite(q).all() and torch.isfinite(m).all()):
+            raise LinearizerError("the calibration holds NaN or infinite values")
+
+    @property
+    def dim(self) -> int:
+        return self.basis.shape[0]
+
+    def applies_to(self, steps: int, method: str, final: str) -> bool:
+        """Whether this is the sampler K was fitted for."""
+        return (int(steps), method, final) == (self.steps, self.method, self.final)
+
+    def _parts(self, like: Tensor) -> tuple[Tensor, Tensor]:
+        q = self.basis.to(like.dtype).to(like.device)
+        m = self.core.to(like.dtype).to(like.device)
+        return q, m - torch.eye(m.shape[0], dtype=m.dtype, device=m.device)
+
+    def apply_rows(self, z: Tensor) -> Tensor:
+        """``K z`` for every row of ``z [N, D]`` (K is symmetric)."""
+        q, n = self._parts(z)
+        return z + (z @ q) @ n @ q.T
+
+    def matrix(self, dtype: torch.dtype = F64) -> Tensor:
+        """``K`` as a dense ``D x D`` matrix."""
+        return self.apply_rows(torch.eye(self.dim, dtype=dtype, device=self.basis.device))
+
+    def compose(self, b: Tensor | factored.FactoredMatrix) -> Tensor | factored.FactoredMatrix:
+        """``K B`` in B's form: dense, or factored as ``c I + [c Q N, K U] [Q, V]^T`` with
+        ``N = M - I`` (so a factored B never becomes ``D x D``)."""
+        if isinstance(b, factored.FactoredMatrix):
+            q, n = self._parts(b.u)
+            u = torch.cat([b.c * (q @ n), self.apply_rows(b.u.T).T], dim=1)
+            return factored.FactoredMatrix(b.c, u, torch.cat([q, b.v], dim=1))
+        return self.apply_rows(b.T).T
+
+    def spectrum(self) -> tuple[float, float]:
+        """The smallest and largest eigenvalue of ``M`` (how far K moves the samples)."""
+        e = torch.linalg.eigvalsh(self.core.to(F64))
+        return float(e[0]), float(e[-1])
+
+
+def _sqrtm(c: Tensor) -> Tensor:
+    e, v = torch.linalg.eigh(c)
+    return (v * e.clamp_min(0).sqrt()) @ v.T
+
+
+def gaussian_transport(source: Tensor, target: Tensor) -> Tensor:
+    """The symmetric ``M`` with ``M source M = target`` (covariances ``[k, k]``, ``source``
+    positive definite): the optimal-transport map between the two centred Gaussians.
+
+    >>> s, t = torch.diag(torch.tensor([1.0, 4.0])), torch.diag(torch.tensor([4.0, 1.0]))
+    >>> gaussian_transport(s, t).diagonal().tolist()
+    [2.0, 0.5]
+    """
+    e, v = torch.linalg.eigh(source)
+    if float(e[0]) <= 0:
+        raise LinearizerError(
+            "the samples' covariance is singular in the sampler's range; fit on more samples"
+        )
+    root = (v * e.sqrt()) @ v.T
+    inv_root = (v * e.rsqrt()) @ v.T
+    m = inv_root @ _sqrtm(root @ target @ root) @ inv_root
+    return (m + m.T) / 2
+
+
+def _range_basis(b: Tensor | factored.FactoredMatrix, rank: int) -> Tensor:
+    """The top left singular vectors of B: at most ``rank`` (the operator's), and only those
+    whose singular value is not rounding (above ``D eps`` of the largest)."""
+    dense = not isinstance(b, factored.FactoredMatrix)
+    sv = torch.linalg.svdvals(b) if dense else b.singular_values()
+    floor = float(sv[0]) * b.shape[0] * torch.finfo(F64).eps
+    k = min(rank, int((sv > floor).sum()))
+    if k == 0:
+        raise LinearizerError("the one-step matrix is zero: nothing to calibrate")
+    return torch.linalg.svd(b).U[:, :k] if dense else b.svd(k)[0]
+
+
+@torch.no_grad()
+def fit_calibration(
+    model: nn.Module, images: Tensor, opts: FitOptions | None = None, **kw: Any
+) -> LatentCalibration:
+    """Fit ``K`` for ``model`` (a :class:`~linearizer.flow.model.OneStepFlow`; any
+    calibration it holds is ignored) on training ``images``.
+
+    ``opts`` (or its fields as keywords) name the sampler, the temperature and the sample size.
+    Work is in float64; the model is left as it was.
+    """
+    opts = opts or FitOptions(**kw)
+    if opts.n < 2:
+        raise LinearizerError(f"calibration needs n >= 2 samples, got {opts.n}")
+    solvers.check_schedule(opts.steps, opts.method, opts.final)
+    model.check_images(images[:1], "training images")
+    param = next(model.parameters())
+    b = factored.one_step(model.op, steps=opts.steps, method=opts.method, final=opts.final,
+                          dtype=F64)  # fmt: skip
+    q = _range_basis(b, int(getattr(model.op, "rank", model.dim)))
+    gen = torch.Generator().manual_seed(opts.seed)
+    noise = opts.temperature * torch.randn(opts.n, *model.image_shape, generator=gen)
+    pick = torch.randperm(len(images), generator=gen)[: opts.n]
+
+    def coords(x: Tensor, flag: float, through_b: bool) -> Tensor:
+        out = []
+        for part in x.split(opts.batch):
+            z = model.encode(part.to(param.device, param.dtype), flag).to(F64)
+            out.append((factored.apply_rows(b, z) if through_b else z) @ q)
+        return torch.cat(out)
+
+    samples = coords(noise, 0.0, True)
+    data = coords(images[pick], 1.0, False)
+    core = gaussian_transport(torch.cov(samples.T), torch.cov(data.T))
+    return LatentCalibration(q.cpu(), core.cpu(), opts.steps, opts.method, opts.final)
+
+
+# --- in a run folder ------------------------------------------------------------------------
+
+
+def save_calibration(
+    run_dir: str | Path, fits: dict[str, LatentCalibration], step: int, opts: FitOptions
+) -> Path:
+    """Write ``RUN/calibration.safetensors`` (+ ``.json``): one calibration per weights
+    section (``"ema"``, ``"model"``), for the checkpoint at ``step``."""
+    run_dir = Path(run_dir)
+    tensors = {}
+    for section, cal in fits.items():
+        tensors[f"{section}.basis"] = cal.basis.to(F64)
+        tensors[f"{section}.core"] = cal.core.to(F64)
+    path = save_tensors(run_dir / FILE, tensors)
+    write_json(run_dir / META, {"format": FORMAT, "step": int(step),
+                                "sections": sorted(fits), "fit": asdict(opts)})  # fmt: skip
+    return path
+
+
+def load_calibration(run_dir: str | Path, step: int, section: str) -> LatentCalibration | None:
+    """The run's calibration for the weights ``section`` of the checkpoint at ``step``; None
+    when the run has none, or one fitted on other weights (an older step, say)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / META).is_file():
+        return None
+    meta = read_json(run_dir / META)
+    if meta.get("format") != FORMAT:
+        raise LinearizerError(f"{run_dir / META} is not a linearizer calibration")
+    if meta.get("step") != step or section not in meta.get("sections", []):
+        return None
+    tensors = load_tensors(run_dir / FILE)
+    try:
+        return from_tensors(tensors, f"{section}.", FitOptions(**meta["fit"]))
+    except (KeyError, TypeError) as e:
+        raise LinearizerError(f"{run_dir / FILE} is incomplete ({e})") from None
+
+
+def from_tensors(tensors: dict[str, Tensor], prefix: str, fit: FitOptions) -> LatentCalibration:
+    """The calibration stored as ``<prefix>basis`` and ``<prefix>core``, fitted with ``fit``."""
+    basis, core = tensors[f"{prefix}basis"], tensors[f"{prefix}core"]
+    return LatentCalibration(basis, core, fit.steps, fit.method, fit.final)
+
+
+def calibration_info(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run's ``calibration.json`` (step, sections, fit options), or None."""
+    path = Path(run_dir) / META
+    return read_json(path) if path.is_file() else None
