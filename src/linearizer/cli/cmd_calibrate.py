@@ -8,6 +8,7 @@ import time
 from dataclasses import asdict
 
 from ..errors import LinearizerError
+from ..flow.solvers import METHODS
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,15 +64,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Fit the symmetric linear map K on the generator's output latents that gives "
         "the samples the covariance of the training images' latents in the sampler's range "
         "(the Gaussian optimal-transport map), for the raw and the EMA weights of RUN's newest "
-        "checkpoint, and store it in RUN (calibration.safetensors). Every sampler of the run "
-        "then draws g_data^-1(K B g_noise(x0)); --no-calibration on sample and evaluate turns it "
-        "off. Training with calibration_samples > 0 (the cpu preset) does this at the end.",
+        "checkpoint, and store it in RUN (calibration.safetensors). The sampler it was fitted "
+        "for (--steps, --method, --final) then draws g_data^-1(K B g_noise(x0)); other samplers "
+        "run without it, and --no-calibration on sample, evaluate, invert, interpolate and svd "
+        "leaves it out. Training with calibration_samples > 0 (the cpu preset) does this at the "
+        "end.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     p.add_argument("run", help="a flow run folder")
     p.add_argument("--n", type=int, default=10_000, help="noise draws and training images")
     p.add_argument("--steps", type=int, default=1000, help="T of the sampler calibrated")
-    p.add_argument("--method", default="euler", choices=["euler", "rk4", "rk4-authors"],
+    p.add_argument("--method", default="euler", choices=METHODS,
                    help="solver of the sampler calibrated")  # fmt: skip
     p.add_argument("--final", default="predict", choices=["skip", "predict"],
                    help="last interval of the sampler calibrated")  # fmt: skip

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import LinearizerError
-from .flowargs import add_calibration_option
+from .flowargs import add_calibration_option, apply_calibration_option
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,8 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, cfg, step, folder = _load(args.run, use_ema=not args.no_ema)
-    if args.no_calibration:
-        model.calibration = None
+    apply_calibration_option(model, args)
     calibrated = _calibration_words(model.calibration)
     if args.temperature is None:
         opts = replace(opts, temperature=cfg.sample_temperature)

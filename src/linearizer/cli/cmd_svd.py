@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..flow.solvers import METHODS
-from .flowargs import add_calibration_option
+from .flowargs import add_calibration_option, apply_calibration_option
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,8 +22,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     loaded = load_run(args.run, expect="flow")
     model, step = loaded.model, loaded.step
-    if args.no_calibration:
-        model.calibration = None
+    apply_calibration_option(model, args)
     result = induced_svd(model, steps=args.steps, method=args.method, k=args.k, seed=args.seed)
     paths = render_svd(result, args.out)
     top = ", ".join(f"{float(s):.4g}" for s in result.sigma[: min(args.k, 8)])

@@ -62,13 +62,18 @@ def add_calibration_option(p: argparse.ArgumentParser) -> None:
                    "calibrate)")  # fmt: skip
 
 
+def apply_calibration_option(model, args: argparse.Namespace) -> None:
+    """``--no-calibration``: drop the latent calibration the run attached to ``model``."""
+    if args.no_calibration:
+        model.calibration = None
+
+
 def load_model(args: argparse.Namespace):
     from ..training.runs import load_run
 
     run = load_run(args.run, use_ema=not args.no_ema, expect="flow")
     model, cfg, step = run.model, run.config, run.step
-    if args.no_calibration:
-        model.calibration = None
+    apply_calibration_option(model, args)
     dtype = parse_dtype(args.dtype)
     if dtype == torch.float64:  # end to end: networks too, so nothing rounds to float32
         model = copy.deepcopy(model).double()

@@ -156,13 +156,15 @@ def gaussian_transport(source: Tensor, target: Tensor) -> Tensor:
 def _range_basis(b: Tensor | factored.FactoredMatrix, rank: int) -> Tensor:
     """The top left singular vectors of B: at most ``rank`` (the operator's), and only those
     whose singular value is not rounding (above ``D eps`` of the largest)."""
-    dense = not isinstance(b, factored.FactoredMatrix)
-    sv = torch.linalg.svdvals(b) if dense else b.singular_values()
+    if isinstance(b, factored.FactoredMatrix):
+        u, sv = None, b.singular_values()
+    else:
+        u, sv, _ = torch.linalg.svd(b)
     floor = float(sv[0]) * b.shape[0] * torch.finfo(F64).eps
     k = min(rank, int((sv > floor).sum()))
     if k == 0:
         raise LinearizerError("the one-step matrix is zero: nothing to calibrate")
-    return torch.linalg.svd(b).U[:, :k] if dense else b.svd(k)[0]
+    return b.svd(k)[0] if u is None else u[:, :k]
 
 
 @torch.no_grad()
