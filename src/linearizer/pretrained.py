@@ -2,14 +2,16 @@
 
 Each model is two package assets, ``linearizer/assets/<file>.safetensors`` (the EMA or the raw
 weights, as its JSON says, in half precision, and the model's latent calibration, if any, as
-``calibration.basis``/``calibration.core`` in float32) and ``<file>.json`` (format, the training
-config, the step, the SHA-256 of the weights file, the checksum of the training data, how the
-calibration was fitted and the model's evaluation). :func:`resolve`
-checks the hash, then materialises a run folder (``config.json``, ``run.json``, one float32
-checkpoint) in the user cache, ``<cache>/pretrained/<name>-<weights hash>-<config hash>``, so
-every command and loader that opens a run opens it: ``linearizer sample pretrained:mnist --n 64
---out DIR``, ``load_run("pretrained:mnist")`` or :func:`from_pretrained`. The cache is
-``$LINEARIZER_DATA``, else ``$XDG_CACHE_HOME/linearizer``, else ``~/.cache/linearizer``.
+``calibration.basis``/``calibration.core`` in float32 and its latent transport, if any, as
+``calibration.transport.*``: its flow's weights in half precision, the rest in float32) and
+``<file>.json`` (format, the training config, the step, the SHA-256 of the weights file, the
+checksum of the training data, how the calibration was fitted and the model's evaluation).
+:func:`resolve` checks the hash, then materialises a run folder (``config.json``, ``run.json``,
+one float32 checkpoint) in the user cache, ``<cache>/pretrained/<name>-<weights hash>-<config
+hash>``, so every command and loader that opens a run opens it: ``linearizer sample
+pretrained:mnist --n 64 --out DIR``, ``load_run("pretrained:mnist")`` or
+:func:`from_pretrained`. The cache is ``$LINEARIZER_DATA``, else ``$XDG_CACHE_HOME/linearizer``,
+else ``~/.cache/linearizer``.
 
 >>> available()
 ['mnist', 'mnist-r16']
@@ -199,9 +201,10 @@ def export(
              for k, v in run.model.state_dict().items()}  # fmt: skip
     cal = getattr(run.model, "calibration", None)
     if cal is not None:  # float32: K multiplies every sample's latent, keep it finer than f16
-        state[f"{CALIBRATION}basis"] = cal.basis.to(torch.float32)
-        state[f"{CALIBRATION}core"] = cal.core.to(torch.float32)
-        from .flow.calibration import calibration_info
+        from .flow.calibration import calibration_info, to_tensors
+
+        # the transport's flow in half precision, like the network's weights (10 MB budget)
+        state.update(to_tensors(cal, CALIBRATION, torch.float32, torch.float16))
 
         extra = {**extra, "calibration": {"fit": calibration_info(run.path)["fit"]}}
     weights = save_tensors(out / f"{file}.safetensors", state, metadata={"format": FORMAT})

@@ -34,13 +34,17 @@ def run(args: argparse.Namespace) -> int:
     cfg, step = loaded.config, loaded.step
     tau = check_temperature(cfg.sample_temperature if args.temperature is None
                             else args.temperature)  # fmt: skip
+    transport = cfg.transport_steps if args.transport_steps is None else args.transport_steps
+    if transport < 0:
+        raise LinearizerError(f"--transport-steps must be >= 0, got {transport}")
     opts = FitOptions(n=args.n, steps=args.steps, method=args.method, final=args.final,
-                      temperature=tau, seed=args.seed)  # fmt: skip
+                      temperature=tau, seed=args.seed, transport_steps=transport)  # fmt: skip
     names = " and ".join("EMA" if s == "ema" else "raw" for s in sorted(sections))
     if args.dry_run:
         print(f"would calibrate {args.run} (step {step}; {names} weights) on {opts.n} samples "
               f"at temperature {tau:g}, {opts.method} T = {opts.steps}, "
-              f"final {opts.final}")  # fmt: skip
+              f"final {opts.final}"
+              + (f", latent transport {transport} steps" if transport else ""))  # fmt: skip
         return 0
     from ..flow.task import load_images
 
@@ -51,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
     for s, cal in sorted(fits.items()):
         lo, hi = cal.spectrum()
         print(f"{'EMA' if s == 'ema' else 'raw'} weights: {cal.basis.shape[1]} directions, "
-              f"scales {lo:.3g} .. {hi:.3g}")  # fmt: skip
+              f"scales {lo:.3g} .. {hi:.3g}"
+              + (", latent transport" if cal.transport is not None else ""))  # fmt: skip
     print(f"calibrated {args.run} (step {step}) in {time.perf_counter() - start:.0f} s "
           f"-> {path} ({', '.join(f'{k}={v}' for k, v in asdict(opts).items())})")  # fmt: skip
     return 0
@@ -67,8 +72,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "checkpoint, and store it in RUN (calibration.safetensors). The sampler it was fitted "
         "for (--steps, --method, --final) then draws g_data^-1(K B g_noise(x0)); other samplers "
         "run without it, and --no-calibration on sample, evaluate, invert, interpolate and svd "
-        "leaves it out. Training with calibration_samples > 0 (the cpu preset) does this at the "
-        "end.",
+        "leaves it out. With --transport-steps > 0 a latent transport follows K: a small "
+        "invertible flow in the sampler's range, fitted by maximum likelihood to all training "
+        "images' latents there, so the samples take the data's shape, not only its covariance "
+        "(the sampler draws g_data^-1(tau(K B g_noise(x0)))). Training with "
+        "calibration_samples > 0 (the cpu preset) does this at the end.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     p.add_argument("run", help="a flow run folder")
@@ -80,6 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="last interval of the sampler calibrated")  # fmt: skip
     p.add_argument("--temperature", type=float, default=None,
                    help="std tau of the noise (default: the run's sample_temperature)")  # fmt: skip
+    p.add_argument("--transport-steps", type=int, default=None,
+                   help="Adam steps of the latent transport fitted after K (flow.transport; "
+                   "0: none; default: the run's transport_steps)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the noise and image draw")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--dry-run", action="store_true", help="check the inputs, say what would run")

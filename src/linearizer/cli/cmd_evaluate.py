@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import LinearizerError
-from .flowargs import add_calibration_option, apply_calibration_option
+from .flowargs import add_calibration_option, apply_calibration_option, warn_temperature
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature is None:
         opts = replace(opts, temperature=cfg.sample_temperature)
     tau = opts.temperature
+    warn_temperature(model, tau)
     out = Path(args.out) if args.out else folder / "evaluation"
     if model.image_shape[0] != 1:
         raise LinearizerError(
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
 def _calibration_words(cal) -> str:
     if cal is None:
         return "no latent calibration"
-    return f"latent calibration for {cal.method} T = {cal.steps}, final {cal.final}"
+    extra = " with latent transport" if cal.transport is not None else ""
+    return f"latent calibration{extra} for {cal.method} T = {cal.steps}, final {cal.final}"
 
 
 def _load(spec: str, use_ema: bool):

@@ -14,7 +14,7 @@ from ..errors import LinearizerError
 from ..flow.temperature import check_temperature
 from ..io import atomic_write
 from .common import read_image_batch
-from .flowargs import add_sampler_options, load_model
+from .flowargs import add_sampler_options, load_model, warn_temperature
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
     if args.noise:
         x0 = read_image_batch(args.noise, model.image_shape, "noise file").to(dtype)
     else:
+        if model.calibrates(args.steps, args.method, args.final):
+            warn_temperature(model, tau)
         gen = torch.Generator().manual_seed(args.seed)
         x0 = tau * torch.randn(args.n, *model.image_shape, generator=gen).to(dtype)
     if args.dry_run:
@@ -53,9 +55,10 @@ def run(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     out = Path(args.out)
     mode = "multi-step" if args.multi_step else "one-step"
-    calibrated = (
-        ", latent calibration" if model.calibrates(args.steps, args.method, args.final) else ""
-    )
+    calibrated = ""
+    if model.calibrates(args.steps, args.method, args.final):
+        transport = model.calibration.transport is not None
+        calibrated = ", latent calibration" + (" and transport" if transport else "")
     save_grid(x[:64].clamp(0, 1), out / "samples.png", nrow=8, scale=2)
     atomic_write(out / "samples.npz", lambda tmp: _save_npz(tmp, x.numpy()))
     print(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import sys
 
 import torch
 
@@ -66,6 +67,16 @@ def apply_calibration_option(model, args: argparse.Namespace) -> None:
     """``--no-calibration``: drop the latent calibration the run attached to ``model``."""
     if args.no_calibration:
         model.calibration = None
+
+
+def warn_temperature(model, tau: float) -> None:
+    """One line on stderr when the latent calibration was fitted on noise of another
+    temperature than the one sampled: it then matches other latents than it was fitted to."""
+    cal = model.calibration
+    if cal is not None and cal.temperature is not None and abs(cal.temperature - tau) > 1e-9:
+        print(f"note: the latent calibration was fitted at temperature {cal.temperature:g}; "
+              f"sampling at {tau:g} (linearizer calibrate RUN --temperature {tau:g} refits it)",
+              file=sys.stderr)  # fmt: skip
 
 
 def load_model(args: argparse.Namespace):

@@ -45,6 +45,7 @@ from torch import Tensor, nn
 from ..errors import LinearizerError
 from ..io import load_tensors, read_json, save_tensors, write_json
 from . import factored, solvers
+from .transport import LatentTransport, TransportOptions, VectorFlow, fit_transport
 
 F64 = torch.float64
 FILE, META = "calibration.safetensors", "calibration.json"
@@ -63,12 +64,24 @@ class FitOptions:
     temperature: float = 1.0
     seed: int = 0
     batch: int = 1000
+    transport_steps: int = 0
+    transport_blocks: int = 8
+    transport_hidden: int = 256
+
+    def transport(self) -> TransportOptions | None:
+        """The latent transport's options (:mod:`linearizer.flow.transport`); None: no transport."""
+        if self.transport_steps <= 0:
+            return None
+        return TransportOptions(steps=self.transport_steps, blocks=self.transport_blocks,
+                                hidden=self.transport_hidden, seed=self.seed)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class LatentCalibration:
     """``K = I + Q (M - I) Q^T``: ``basis`` Q ``[D, k]`` orthonormal, ``core`` M ``[k, k]``
-    symmetric positive definite (float64), fitted for the sampler ``steps``/``method``/``final``.
+    symmetric positive definite (float64), fitted for the sampler ``steps``/``method``/``final``;
+    ``transport``: an optional :class:`~linearizer.flow.transport.LatentTransport` applied after
+    K (the samples' shape, not only their covariance).
 
     K belongs to that sampler: its B decides where the samples lie, and the directions K
     stretches most are those B nearly discards. Other samplers (the authors' ``T = 100``
@@ -81,6 +94,8 @@ class LatentCalibration:
     steps: int = 1000
     method: str = "euler"
     final: str = "predict"
+    transport: LatentTransport | None = None
+    temperature: float | None = None  # of the noise it was fitted on (None: not recorded)
 
     def __post_init__(self) -> None:
         q, m = self.basis, self.core
@@ -91,6 +106,8 @@ class LatentCalibration:
             )
         if not (torch.isfinite(q).all() and torch.isfinite(m).all()):
             raise LinearizerError("the calibration holds NaN or infinite values")
+        if self.transport is not None and self.transport.dim != q.shape[0]:
+            raise LinearizerError("the latent transport and the calibration disagree in size")
 
     @property
     def dim(self) -> int:
@@ -200,7 +217,14 @@ def fit_calibration(
     samples = coords(noise, 0.0, True)
     data = coords(images[pick], 1.0, False)
     core = gaussian_transport(torch.cov(samples.T), torch.cov(data.T))
-    return LatentCalibration(q.cpu(), core.cpu(), opts.steps, opts.method, opts.final)
+    transport = None
+    if opts.transport() is not None:
+        # all training images: the flow needs more rows than the covariance
+        everything = data if len(pick) == len(images) else coords(images, 1.0, False)
+        transport = fit_transport(q.cpu(), (samples @ core).cpu(), everything.cpu(),
+                                  opts.transport())  # fmt: skip
+    return LatentCalibration(q.cpu(), core.cpu(), opts.steps, opts.method, opts.final,
+                             transport, opts.temperature)  # fmt: skip
 
 
 # --- in a run folder ------------------------------------------------------------------------
@@ -214,8 +238,7 @@ def save_calibration(
     run_dir = Path(run_dir)
     tensors = {}
     for section, cal in fits.items():
-        tensors[f"{section}.basis"] = cal.basis.to(F64)
-        tensors[f"{section}.core"] = cal.core.to(F64)
+        tensors.update(to_tensors(cal, f"{section}."))
     path = save_tensors(run_dir / FILE, tensors)
     write_json(run_dir / META, {"format": FORMAT, "step": int(step),
                                 "sections": sorted(fits), "fit": asdict(opts)})  # fmt: skip
@@ -240,10 +263,48 @@ def load_calibration(run_dir: str | Path, step: int, section: str) -> LatentCali
         raise LinearizerError(f"{run_dir / FILE} is incomplete ({e})") from None
 
 
+TRANSPORT = "transport."
+
+
+def to_tensors(
+    cal: LatentCalibration,
+    prefix: str,
+    dtype: torch.dtype = F64,
+    flow_dtype: torch.dtype = torch.float32,
+) -> dict[str, Tensor]:
+    """``<prefix>basis``, ``<prefix>core`` (in ``dtype``) and the transport's state, if any,
+    as ``<prefix>transport.*`` (its flow's weights in ``flow_dtype``; its basis is Q)."""
+    out = {f"{prefix}basis": cal.basis.to(dtype), f"{prefix}core": cal.core.to(dtype)}
+    if cal.transport is not None:
+        for name, value in cal.transport.state_dict().items():
+            if name == "basis":  # the calibration's own Q
+                continue
+            if value.is_floating_point():  # the flow as fitted, the linear parts as K
+                value = value.to(flow_dtype if name.startswith("flow.") else dtype)
+            out[f"{prefix}{TRANSPORT}{name}"] = value
+    return out
+
+
 def from_tensors(tensors: dict[str, Tensor], prefix: str, fit: FitOptions) -> LatentCalibration:
-    """The calibration stored as ``<prefix>basis`` and ``<prefix>core``, fitted with ``fit``."""
+    """The calibration stored by :func:`to_tensors` under ``prefix``, fitted with ``fit``."""
     basis, core = tensors[f"{prefix}basis"], tensors[f"{prefix}core"]
-    return LatentCalibration(basis, core, fit.steps, fit.method, fit.final)
+    transport = None
+    if fit.transport() is not None:
+        topts, start = fit.transport(), f"{prefix}{TRANSPORT}"
+        state = {k[len(start) :]: v for k, v in tensors.items() if k.startswith(start)}
+        flow = VectorFlow(basis.shape[1], topts.blocks, topts.hidden)
+        stats = {k: state[k] for k in ("src_mean", "src_whiten", "src_colour", "dst_mean",
+                                       "dst_whiten", "dst_colour")}  # fmt: skip
+        transport = LatentTransport(basis, flow, stats)
+        state["basis"] = transport.basis
+        try:
+            transport.load_state_dict(state)
+        except RuntimeError as e:
+            raise LinearizerError(f"the stored latent transport does not match its options: "
+                                  f"{str(e).strip().splitlines()[0]}") from None  # fmt: skip
+        transport.requires_grad_(False).eval()
+    return LatentCalibration(basis, core, fit.steps, fit.method, fit.final, transport,
+                             fit.temperature)  # fmt: skip
 
 
 def calibration_info(run_dir: str | Path) -> dict[str, Any] | None:

@@ -70,6 +70,12 @@ class FlowConfig(TrainConfig):
         "fit the latent calibration (flow.calibration) on this many noise draws and training "
         "images when training ends, for the default sampler at sample_temperature (0: none)",
     )
+    transport_steps: int = option(
+        0,
+        "with the calibration, fit a latent transport (flow.transport: a small flow in the "
+        "sampler's range, fitted to all training images' latents) for this many Adam steps "
+        "(0: none)",
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -85,6 +91,11 @@ class FlowConfig(TrainConfig):
             raise LinearizerError(
                 f"config key 'calibration_samples' must be 0 or >= 2, got "
                 f"{self.calibration_samples}"
+            )
+        if self.transport_steps < 0 or (self.transport_steps and not self.calibration_samples):
+            raise LinearizerError(
+                f"config key 'transport_steps' must be 0, or >= 1 with calibration_samples > 0, "
+                f"got {self.transport_steps}"
             )
         if self.lora_basis < 0:
             raise LinearizerError(f"config key 'lora_basis' must be >= 0, got {self.lora_basis}")
@@ -144,6 +155,7 @@ CPU = FlowConfig(
     eval_every=2000,
     threads=2,
     calibration_samples=10_000,
+    transport_steps=3000,
 )
 
 PAPER = FlowConfig(

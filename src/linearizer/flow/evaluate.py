@@ -190,6 +190,8 @@ def evaluate_flow(
         seconds = time.perf_counter() - start
         calibrated = model.calibrates(sampler.steps, sampler.method, sampler.final)
         what = sampler.describe() + (", latent calibration" if calibrated else "")
+        if calibrated and model.calibration.transport is not None:
+            what += " and transport"
         rows.append({"name": sampler.name, "what": what, **asdict(sampler),
                      "calibrated": calibrated, "sample_seconds": seconds,
                      **ref.measure(images)})  # fmt: skip

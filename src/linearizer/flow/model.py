@@ -35,8 +35,9 @@ class OneStepFlow(ImageModel):
     ``.pinv(x)`` and the rest of its algebra apply to ``g_data^-1(B g_noise(.))`` directly.
 
     ``calibration``: an optional :class:`~linearizer.flow.calibration.LatentCalibration` K that
-    the sampler it was fitted for applies after B (``z1 = K B z0``); ``None`` samples the
-    trained map as is.
+    the sampler it was fitted for applies after B (``z1 = K B z0``), and its latent transport
+    tau, if any, before decoding (``x1 = g_data^-1(tau(K B z0))``: the data side's network of
+    that sampler is ``tau^-1 o g_data``); ``None`` samples the trained map as is.
     """
 
     def __init__(self, net: nn.Module, op: LinearOperator, image_shape: tuple[int, int, int]):
@@ -68,6 +69,11 @@ class OneStepFlow(ImageModel):
         """Whether this sampler applies the model's calibration K (the one it was fitted for)."""
         cal = self._calibration
         return cal is not None and cal.applies_to(steps, method, final)
+
+    def _transport(self, steps: int, method: str, final: str) -> nn.Module | None:
+        if not self.calibrates(steps, method, final):
+            return None
+        return self._calibration.transport
 
     # --- the two induced spaces -------------------------------------------------------------
     @property
@@ -110,7 +116,14 @@ class OneStepFlow(ImageModel):
         if hit is not None and hit[0] == version:
             return hit[1]
         b = self.one_step_matrix(steps=steps, method=method, final=final, dtype=torch.float64)
-        f = self.linearizer_of(Dense(b.to(dtype), trainable=False), NOISE, DATA)
+        op = Dense(b.to(dtype), trainable=False)
+        tau = self._transport(steps, method, final)
+        if tau is None:
+            f = self.linearizer_of(op, NOISE, DATA)
+        else:
+            g_y = TransportedSide(self.side(DATA), tau, self.image_shape)
+            f = Linearizer(self.side(NOISE), op, g_y, self.image_shape,
+                           x_latent_shape=self.image_shape)  # fmt: skip
         self._cache[key] = (version, f)
         return f
 
@@ -146,6 +159,9 @@ class OneStepFlow(ImageModel):
         else:
             z1 = self.integrate(z0, steps=steps, method=method, final=final, dtype=work,
                                 callback=callback)  # fmt: skip
+        tau = self._transport(steps, method, final)
+        if tau is not None:
+            z1 = tau(z1)
         return self.decode(z1.to(z0.dtype), DATA)
 
     def integrate(
@@ -220,6 +236,23 @@ class OneStepFlow(ImageModel):
         z1 = self.encode(x1, DATA)
         z0 = factored.solve_rows(b, z1)
         return self.decode(z0.to(z1.dtype), NOISE)
+
+
+class TransportedSide(nn.Module):
+    """``tau^-1 o g``: an induced space ``g`` (images to latents of ``shape``) followed by the
+    inverse of a latent transport ``tau`` on flattened latents; invertible like ``g``."""
+
+    def __init__(self, g: nn.Module, tau: nn.Module, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.g, self.tau, self.shape = g, tau, tuple(shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        z = self.g(x)
+        return self.tau.inverse(z.reshape(len(z), -1)).reshape(z.shape)
+
+    def inverse(self, z: Tensor) -> Tensor:
+        w = self.tau(z.reshape(len(z), -1)).reshape(len(z), *self.shape)
+        return self.g.inverse(w)
 
 
 def _weights_version(module: nn.Module) -> tuple:

@@ -84,7 +84,8 @@ class FlowTask:
         n = self.cfg.calibration_samples
         if not n:
             return None
-        opts = FitOptions(n=n, temperature=self.cfg.sample_temperature, seed=self.cfg.seed)
+        opts = FitOptions(n=n, temperature=self.cfg.sample_temperature, seed=self.cfg.seed,
+                          transport_steps=self.cfg.transport_steps)  # fmt: skip
         start = time.perf_counter()
         try:
             fits = {"model": fit_calibration(model, self.images, opts)}

@@ -1,0 +1,193 @@
+"""Latent transport: the coupling flow's exact inverse and likelihood, tau's invertibility and
+its action on the sampler's range only, what the fit learns (a dependence between coordinates
+that no linear map of a Gaussian has), and the transport inside a calibrated sampler:
+one-step = multi-step, the generator still a Linearizer, the run folder, ``linearizer
+calibrate`` and the pretrained asset."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from linearizer import pretrained
+from linearizer.cli.main import main
+from linearizer.errors import LinearizerError
+from linearizer.flow.calibration import FitOptions, fit_calibration, load_calibration
+from linearizer.flow.model import TransportedSide
+from linearizer.flow.task import FlowTask, load_images
+from linearizer.flow.transport import (
+    TransportOptions,
+    VectorFlow,
+    fit_transport,
+)
+from linearizer.training.config import resolve
+from linearizer.training.runs import load_run
+from linearizer.training.trainer import train
+from tolerance import assert_near
+
+F64 = torch.float64
+
+
+def _random_flow(dim: int, seed: int = 0) -> VectorFlow:
+    flow = VectorFlow(dim, blocks=4, hidden=16, seed=seed).double()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in flow.parameters():
+            p.copy_(0.3 * torch.randn(p.shape, generator=gen, dtype=F64))
+    return flow
+
+
+def _banana(n: int, seed: int) -> torch.Tensor:
+    """Rows ``(a, a^2 + noise)``: uncorrelated coordinates with a dependence no linear map of a
+    Gaussian has (for jointly Gaussian ``y``, ``corr(y_1, y_0^2) = 0``)."""
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(n, generator=gen, dtype=F64)
+    return torch.stack([a, a**2 - 1 + 0.2 * torch.randn(n, generator=gen, dtype=F64)], dim=1)
+
+
+def _square_dependence(y: torch.Tensor) -> float:
+    return float(torch.corrcoef(torch.stack([y[:, 1], (y[:, 0] - y[:, 0].mean()) ** 2]))[0, 1])
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("transport") / "run"
+    cfg = resolve("flow", "smoke", ["max_steps=4", "progress=false", "calibration_samples=256",
+                                    "transport_steps=40"])  # fmt: skip
+    train(FlowTask(), cfg, folder)
+    return folder
+
+
+@pytest.mark.parametrize("dim", [1, 2, 7])
+def test_the_coupling_flow_inverts_exactly_and_its_likelihood_is_a_density(dim):
+    flow = _random_flow(dim)
+    u = torch.randn(6, dim, dtype=F64, generator=torch.Generator().manual_seed(2))
+    assert_near(flow.inverse(flow(u)), u, eps_factor=1e3, what="F^-1 F = id")
+    if dim == 1:  # one coordinate: the likelihood integrates to one on a fine grid
+        grid = torch.linspace(-12, 12, 20001, dtype=F64)[:, None]
+        with torch.no_grad():
+            y, logdet = flow.inverse_logdet(grid)
+            density = torch.exp(-0.5 * y[:, 0] ** 2 - 0.5 * math.log(2 * math.pi) + logdet)
+        mass = float(torch.trapezoid(density, grid[:, 0]))
+        assert abs(mass - 1) < 1e-3
+    fresh = VectorFlow(dim, blocks=3, hidden=8)
+    assert torch.equal(fresh(u.float()), u.float())  # starts as the identity
+
+
+def test_tau_inverts_and_moves_only_the_samplers_range():
+    gen = torch.Generator().manual_seed(3)
+    q = torch.linalg.qr(torch.randn(12, 3, generator=gen, dtype=F64)).Q
+    source = torch.randn(400, 3, generator=gen, dtype=F64)
+    tau = fit_transport(q, source, source**3, TransportOptions(steps=30, hidden=16))
+    z = source[:8] @ q.T + 0.1 * torch.randn(8, 12, generator=gen, dtype=F64)
+    w = tau(z)
+    assert_near(tau.inverse(w), z, eps_factor=1e4, what="tau^-1 tau = id")
+    outside = torch.eye(12, dtype=F64) - q @ q.T
+    assert_near(w @ outside, z @ outside, eps_factor=1e3, what="the complement is untouched")
+    with pytest.raises(LinearizerError, match=r"\[n, 3\]"):
+        fit_transport(q, source[:, :2], source)
+    with pytest.raises(LinearizerError, match=">= 10 data rows"):
+        fit_transport(q, source, source[:5])
+    with pytest.raises(LinearizerError, match="must be >= 1"):
+        fit_transport(q, source, source, TransportOptions(steps=0))
+
+
+def test_the_fit_gives_gaussian_samples_a_dependence_no_linear_map_can():
+    gen = torch.Generator().manual_seed(5)
+    q = torch.eye(4, 2, dtype=F64)
+    source = 0.5 * torch.randn(2000, 2, generator=gen, dtype=F64) + 1
+    target = _banana(4000, 6)
+    tau = fit_transport(q, source, target, TransportOptions(steps=300, hidden=32, blocks=2))
+    with torch.no_grad():
+        moved = tau(torch.cat([source, torch.zeros(2000, 2, dtype=F64)], dim=1))[:, :2]
+    assert _square_dependence(target) > 0.9
+    assert abs(_square_dependence(source)) < 0.1
+    assert _square_dependence(moved) > 0.7
+    assert float((moved.mean(0) - target.mean(0)).abs().max()) < 0.2
+
+
+def test_a_calibrated_sampler_applies_tau_one_and_multi_step_and_stays_a_linearizer(run):
+    model = load_run(run).model.double()
+    cal = model.calibration
+    assert cal.transport is not None
+    kw = {"steps": 1000, "final": "predict"}
+    x0 = torch.randn(4, *model.image_shape, dtype=F64, generator=torch.Generator().manual_seed(7))
+    one = model.sample(x0, **kw)
+    assert_near(model.sample(x0, one_step=False, **kw), one, eps_factor=1e6,
+                what="one-step = multi-step with tau")  # fmt: skip
+    with torch.no_grad():
+        b = model.one_step_matrix(**kw)
+        want = model.decode(cal.transport(model.encode(x0, 0.0) @ b.T), 1.0)
+    assert_near(one, want, eps_factor=1e5)
+    f = model.generator(**kw, dtype=F64)
+    assert isinstance(f.g_y, TransportedSide)
+    assert_near(f(x0), one, eps_factor=1e6, what="the generator is the sampler")
+    a, c = x0[:2], x0[2:]
+    assert_near(f(f.space_x.add(a, c)), f.space_y.add(f(a), f(c)), eps_factor=1e7,
+                what="additivity in the transported space")  # fmt: skip
+    x1 = one[:2]
+    assert_near(f.g_y.inverse(f.g_y(x1)), x1, eps_factor=1e6, what="tau^-1 o g_data inverts")
+    other = model.sample(x0, steps=6, final="skip")  # other samplers run without tau
+    with torch.no_grad():
+        plain = model.decode(model.encode(x0, 0.0) @ model.one_step_matrix(steps=6).T, 1.0)
+    assert_near(other, plain, eps_factor=1e5)
+
+
+def test_the_run_stores_the_transport_and_calibrate_refits_or_drops_it(run, tmp_path, capsys):
+    import shutil
+
+    meta = json.loads((run / "calibration.json").read_text())
+    assert meta["fit"]["transport_steps"] == 40
+    for section in ("ema", "model"):
+        assert load_calibration(run, 4, section).transport is not None
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    argv = ["calibrate", str(copy), "--n", "64", "--steps", "6"]
+    assert main(argv + ["--transport-steps", "0"]) == 0
+    assert "latent transport" not in capsys.readouterr().out
+    assert load_run(copy).model.calibration.transport is None
+    assert main(argv + ["--transport-steps", "20", "--dry-run"]) == 0
+    assert "latent transport 20 steps" in capsys.readouterr().out
+    assert main(argv + ["--transport-steps", "20"]) == 0
+    assert "latent transport" in capsys.readouterr().out
+    assert load_run(copy).model.calibration.transport is not None
+    assert main(argv + ["--transport-steps", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--transport-steps must be >= 0" in err[0]
+    with pytest.raises(LinearizerError, match="transport_steps"):
+        resolve("flow", "smoke", ["transport_steps=5"])  # needs calibration_samples
+
+
+def test_the_fit_is_reproducible_and_a_pretrained_asset_carries_the_transport(
+    run, tmp_path, monkeypatch
+):
+    loaded = load_run(run)
+    images, _ = load_images(loaded.config, "train")
+    opts = FitOptions(n=128, steps=6, transport_steps=10)
+    a, b = (fit_calibration(loaded.model, images, opts).transport for _ in range(2))
+    z = torch.randn(3, loaded.model.dim, generator=torch.Generator().manual_seed(8))
+    assert torch.equal(a(z), b(z))
+    root = tmp_path / "assets"
+    pretrained.export(run, "tiny", root, {})
+    assert json.loads((root / "tiny.json").read_text())["calibration"]["fit"]["transport_steps"]
+    monkeypatch.setattr(pretrained, "asset_root", lambda: root)
+    monkeypatch.setitem(pretrained.ASSETS, "tiny", "tiny")
+    monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path / "cache"))
+    back = load_run("pretrained:tiny").model.calibration.transport
+    original = loaded.model.calibration.transport
+    with torch.no_grad():
+        w = original(z)
+    # the flow's weights are stored in half precision, the linear parts in float32
+    assert_near(back(z), w, eps_factor=10, dtype=torch.float16, what="asset round trip")
+    assert not torch.equal(back(z), w)
+
+
+def test_sampling_at_another_temperature_than_the_fit_says_so(run, tmp_path, capsys):
+    argv = ["sample", str(run), "--steps", "1000", "--final", "predict", "--n", "2"]
+    assert main(argv + ["--out", str(tmp_path / "a")]) == 0
+    assert "note:" not in capsys.readouterr().err
+    assert main(argv + ["--out", str(tmp_path / "b"), "--temperature", "1.3"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["note: the latent calibration was fitted at temperature 1; sampling at 1.3 "
+                   "(linearizer calibrate RUN --temperature 1.3 refits it)"]  # fmt: skip
