@@ -79,8 +79,7 @@ def run(args: argparse.Namespace) -> int:
 def _calibration_words(cal) -> str:
     if cal is None:
         return "no latent calibration"
-    extra = " with latent transport" if cal.transport is not None else ""
-    return f"latent calibration{extra} for {cal.method} T = {cal.steps}, final {cal.final}"
+    return f"{cal.describe()} for {cal.method} T = {cal.steps}, final {cal.final}"
 
 
 def _load(spec: str, use_ema: bool):

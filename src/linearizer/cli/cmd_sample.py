@@ -57,8 +57,7 @@ def run(args: argparse.Namespace) -> int:
     mode = "multi-step" if args.multi_step else "one-step"
     calibrated = ""
     if model.calibrates(args.steps, args.method, args.final):
-        transport = model.calibration.transport is not None
-        calibrated = ", latent calibration" + (" and transport" if transport else "")
+        calibrated = f", {model.calibration.describe()}"
     save_grid(x[:64].clamp(0, 1), out / "samples.png", nrow=8, scale=2)
     atomic_write(out / "samples.npz", lambda tmp: _save_npz(tmp, x.numpy()))
     print(

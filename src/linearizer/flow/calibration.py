@@ -113,6 +113,10 @@ class LatentCalibration:
     def dim(self) -> int:
         return self.basis.shape[0]
 
+    def describe(self) -> str:
+        """What the sampler applies: ``latent calibration`` (K) or ``... and transport``."""
+        return "latent calibration" + ("" if self.transport is None else " and transport")
+
     def applies_to(self, steps: int, method: str, final: str) -> bool:
         """Whether this is the sampler K was fitted for."""
         return (int(steps), method, final) == (self.steps, self.method, self.final)
@@ -215,12 +219,12 @@ def fit_calibration(
         return torch.cat(out)
 
     samples = coords(noise, 0.0, True)
-    data = coords(images[pick], 1.0, False)
+    # the transport's flow needs all training images; K's covariance the drawn ones among them
+    everything = coords(images, 1.0, False) if opts.transport() is not None else None
+    data = coords(images[pick], 1.0, False) if everything is None else everything[pick]
     core = gaussian_transport(torch.cov(samples.T), torch.cov(data.T))
     transport = None
-    if opts.transport() is not None:
-        # all training images: the flow needs more rows than the covariance
-        everything = data if len(pick) == len(images) else coords(images, 1.0, False)
+    if everything is not None:
         transport = fit_transport(q.cpu(), (samples @ core).cpu(), everything.cpu(),
                                   opts.transport())  # fmt: skip
     return LatentCalibration(q.cpu(), core.cpu(), opts.steps, opts.method, opts.final,

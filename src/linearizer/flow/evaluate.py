@@ -189,9 +189,7 @@ def evaluate_flow(
         images = draw_samples(model, noise, sampler, opts, progress)
         seconds = time.perf_counter() - start
         calibrated = model.calibrates(sampler.steps, sampler.method, sampler.final)
-        what = sampler.describe() + (", latent calibration" if calibrated else "")
-        if calibrated and model.calibration.transport is not None:
-            what += " and transport"
+        what = sampler.describe() + (f", {model.calibration.describe()}" if calibrated else "")
         rows.append({"name": sampler.name, "what": what, **asdict(sampler),
                      "calibrated": calibrated, "sample_seconds": seconds,
                      **ref.measure(images)})  # fmt: skip

@@ -70,6 +70,10 @@ class OneStepFlow(ImageModel):
         cal = self._calibration
         return cal is not None and cal.applies_to(steps, method, final)
 
+    def _with_k(self, b, steps: int, method: str, final: str):
+        """``K B`` (dense or factored) when K belongs to this sampler, else ``b``."""
+        return self._calibration.compose(b) if self.calibrates(steps, method, final) else b
+
     def _transport(self, steps: int, method: str, final: str) -> nn.Module | None:
         if not self.calibrates(steps, method, final):
             return None
@@ -195,8 +199,7 @@ class OneStepFlow(ImageModel):
         if hit is not None and hit[0] == version:
             return hit[1]
         b = solvers.collapse(self.op, steps=steps, method=method, final=final, dtype=dtype)
-        if self.calibrates(steps, method, final):
-            b = self._calibration.compose(b)
+        b = self._with_k(b, steps, method, final)
         self._cache[key] = (version, b)
         return b
 
@@ -220,9 +223,7 @@ class OneStepFlow(ImageModel):
         hit = self._cache.get(key)
         if hit is None or hit[0] != version:
             kw = dict(steps=steps, method=method, final=final, dtype=dtype, form=form)
-            b = factored.one_step(self.op, **kw)
-            if self.calibrates(steps, method, final):
-                b = self._calibration.compose(b)
+            b = self._with_k(factored.one_step(self.op, **kw), steps, method, final)
             hit = self._cache[key] = (version, b)
         return hit[1]
 
