@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: set up, fetch MNIST, train the `cpu` preset and measure the
-# paper's claims on it (about 28 minutes on 2 CPU cores, plus the first install). Prints the
+# paper's claims on it (about 27 minutes on 2 CPU cores, plus the first install). Prints the
 # claims table at the end.
 # Usage: bash scripts/main.sh [OUT_DIR]   (default runs/repro-cpu; on a GPU: PRESET=paper)
 set -euo pipefail

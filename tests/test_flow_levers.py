@@ -129,6 +129,17 @@ def test_time_clock_decays_with_the_budget_or_the_steps_whichever_is_further():
     assert lr_at(steps, 10, elapsed_s=500.0) == 1.0
     with pytest.raises(LinearizerError, match="max_minutes"):
         TrainConfig(lr_clock="time")
+    # finish_minutes comes out of the steps' budget: the decay ends that much earlier
+    kept = TrainConfig(lr=1.0, schedule="linear", min_lr_ratio=0.0, warmup_steps=10,
+                       max_steps=1000, max_minutes=2.0, finish_minutes=1.5,
+                       lr_clock="time")  # fmt: skip
+    assert kept.step_seconds() == 30.0
+    assert lr_at(kept, 10, elapsed_s=15.0) == pytest.approx(0.5)
+    for bad in (2.0, 3.0, -1.0):
+        with pytest.raises(LinearizerError, match="finish_minutes"):
+            TrainConfig(max_minutes=2.0, finish_minutes=bad)
+    with pytest.raises(LinearizerError, match="finish_minutes"):
+        TrainConfig(finish_minutes=1.0)  # no budget to keep it from
 
 
 def _in_domain(shape, gen):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 
 import pytest
 import torch
@@ -166,6 +167,30 @@ def test_eval_hook_sees_ema_weights_and_training_resumes_untouched(tmp_path):
     logged = [r for r in records if "lr" in r]
     assert {"loss", "lr", "grad_norm", "steps_per_s", "samples_per_s", "mse"} <= set(logged[0])
     assert all(math.isfinite(r["loss"]) for r in logged)
+
+
+class SlowFinish(ToyTask):
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_finish(self, model, ema, step, run_dir):
+        time.sleep(self.seconds)
+        return {"slept": self.seconds}
+
+
+def test_finish_minutes_come_out_of_the_steps_budget_and_an_overrun_says_so(tmp_path, capsys):
+    # 0.05 minutes = 3 s in all, 2.4 s kept: the 20 ms steps stop after about 0.6 s
+    cfg = cfg_of("max_steps=400", "max_minutes=0.05", "finish_minutes=0.04",
+                 "step_delay_ms=20", "ckpt_every=0")  # fmt: skip
+    cut = train(SlowFinish(0.0), cfg, tmp_path / "a")
+    assert cut.stopped == "time budget" and 0.6 <= cut.seconds < 2.4 and 0 < cut.step < 120
+    err = capsys.readouterr().err
+    assert "(0.04 of them kept for the work after the steps)" in err and "took" not in err
+    assert json.loads((tmp_path / "a" / "run.json").read_text())["finish"] == {"slept": 0.0}
+    train(SlowFinish(2.5), cfg, tmp_path / "b")
+    assert "the work after the steps took 2.5 s, more than the 2.4 s of finish_minutes" in (
+        capsys.readouterr().err
+    )
 
 
 def test_threads_grad_clip_and_bad_tasks(tmp_path):

@@ -13,7 +13,12 @@ import torch
 from linearizer import pretrained
 from linearizer.cli.main import main
 from linearizer.errors import LinearizerError
-from linearizer.flow.calibration import FitOptions, fit_calibration, load_calibration
+from linearizer.flow.calibration import (
+    FitOptions,
+    fit_calibration,
+    load_calibration,
+    save_calibration,
+)
 from linearizer.flow.model import TransportedSide
 from linearizer.flow.task import FlowTask, load_images
 from linearizer.flow.transport import (
@@ -71,8 +76,11 @@ def test_the_coupling_flow_inverts_exactly_and_its_likelihood_is_a_density(dim):
             density = torch.exp(-0.5 * y[:, 0] ** 2 - 0.5 * math.log(2 * math.pi) + logdet)
         mass = float(torch.trapezoid(density, grid[:, 0]))
         assert abs(mass - 1) < 1e-3
-    fresh = VectorFlow(dim, blocks=3, hidden=8)
-    assert torch.equal(fresh(u.float()), u.float())  # starts as the identity
+    plain = VectorFlow(dim, blocks=3, hidden=8, mixing=False)
+    assert torch.equal(plain(u.float()), u.float())  # starts as the identity
+    fresh = VectorFlow(dim, blocks=3, hidden=8).double()  # a rotation (float32 factors)
+    assert_near(fresh(u).norm(dim=1), u.norm(dim=1), eps_factor=1e2, dtype=torch.float32,
+                what="a fresh flow keeps lengths")  # fmt: skip
 
 
 def test_tau_inverts_and_moves_only_the_samplers_range():
@@ -98,7 +106,7 @@ def test_the_fit_gives_gaussian_samples_a_dependence_no_linear_map_can():
     q = torch.eye(4, 2, dtype=F64)
     source = 0.5 * torch.randn(2000, 2, generator=gen, dtype=F64) + 1
     target = _banana(4000, 6)
-    tau = fit_transport(q, source, target, TransportOptions(steps=300, hidden=32, blocks=2))
+    tau = fit_transport(q, source, target, TransportOptions(steps=300, hidden=32, blocks=6))
     with torch.no_grad():
         moved = tau(torch.cat([source, torch.zeros(2000, 2, dtype=F64)], dim=1))[:, :2]
     assert _square_dependence(target) > 0.9
@@ -139,8 +147,9 @@ def test_the_run_stores_the_transport_and_calibrate_refits_or_drops_it(run, tmp_
 
     meta = json.loads((run / "calibration.json").read_text())
     assert meta["fit"]["transport_steps"] == 40
-    for section in ("ema", "model"):
-        assert load_calibration(run, 4, section).transport is not None
+    # training fits the weights that sample by default (the EMA ones); calibrate fits both
+    assert load_calibration(run, 4, "ema").transport is not None
+    assert load_calibration(run, 4, "model") is None
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
     argv = ["calibrate", str(copy), "--n", "64", "--steps", "6"]
@@ -152,6 +161,7 @@ def test_the_run_stores_the_transport_and_calibrate_refits_or_drops_it(run, tmp_
     assert main(argv + ["--transport-steps", "20"]) == 0
     assert "latent transport" in capsys.readouterr().out
     assert load_run(copy).model.calibration.transport is not None
+    assert load_run(copy, use_ema=False).model.calibration.transport is not None
     assert main(argv + ["--transport-steps", "-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--transport-steps must be >= 0" in err[0]
@@ -191,3 +201,23 @@ def test_sampling_at_another_temperature_than_the_fit_says_so(run, tmp_path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["note: the latent calibration was fitted at temperature 1; sampling at 1.3 "
                    "(linearizer calibrate RUN --temperature 1.3 refits it)"]  # fmt: skip
+
+
+def test_a_calibration_recorded_before_the_mixing_layers_still_loads(run, tmp_path):
+    import shutil
+
+    loaded = load_run(run)
+    images, _ = load_images(loaded.config, "train")
+    opts = FitOptions(n=128, steps=6, transport_steps=10, transport_mixing=False)
+    cal = fit_calibration(loaded.model, images, opts)
+    assert cal.transport.flow.mixes is None
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    save_calibration(copy, {"ema": cal}, 4, opts)
+    meta = json.loads((copy / "calibration.json").read_text())
+    del meta["fit"]["transport_mixing"]  # the record of an earlier version
+    (copy / "calibration.json").write_text(json.dumps(meta))
+    back = load_calibration(copy, 4, "ema").transport
+    z = torch.randn(3, loaded.model.dim, generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        assert torch.equal(back(z), cal.transport(z))

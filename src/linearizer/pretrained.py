@@ -167,7 +167,7 @@ def _write_calibration(folder: Path, tensors: dict, meta: dict[str, Any], source
     from .flow.calibration import FitOptions, from_tensors, save_calibration
 
     try:
-        fit = FitOptions(**meta["calibration"]["fit"])
+        fit = FitOptions.from_record(meta["calibration"]["fit"])
         cal = from_tensors(tensors, CALIBRATION, fit)
     except (KeyError, TypeError) as e:
         raise LinearizerError(f"{source} holds an incomplete latent calibration ({e})") from None

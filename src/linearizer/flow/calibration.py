@@ -65,15 +65,23 @@ class FitOptions:
     seed: int = 0
     batch: int = 1000
     transport_steps: int = 0
-    transport_blocks: int = 8
-    transport_hidden: int = 256
+    transport_blocks: int = 12
+    transport_hidden: int = 192
+    transport_mixing: bool = True
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> FitOptions:
+        """The options a ``calibration.json`` records; a record without ``transport_mixing``
+        predates the transport's :class:`~linearizer.flow.transport.Mixing` layers."""
+        return cls(**{"transport_mixing": False, **record})
 
     def transport(self) -> TransportOptions | None:
         """The latent transport's options (:mod:`linearizer.flow.transport`); None: no transport."""
         if self.transport_steps <= 0:
             return None
         return TransportOptions(steps=self.transport_steps, blocks=self.transport_blocks,
-                                hidden=self.transport_hidden, seed=self.seed)  # fmt: skip
+                                hidden=self.transport_hidden, mixing=self.transport_mixing,
+                                seed=self.seed)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -262,7 +270,7 @@ def load_calibration(run_dir: str | Path, step: int, section: str) -> LatentCali
         return None
     tensors = load_tensors(run_dir / FILE)
     try:
-        return from_tensors(tensors, f"{section}.", FitOptions(**meta["fit"]))
+        return from_tensors(tensors, f"{section}.", FitOptions.from_record(meta["fit"]))
     except (KeyError, TypeError) as e:
         raise LinearizerError(f"{run_dir / FILE} is incomplete ({e})") from None
 
@@ -296,7 +304,7 @@ def from_tensors(tensors: dict[str, Tensor], prefix: str, fit: FitOptions) -> La
     if fit.transport() is not None:
         topts, start = fit.transport(), f"{prefix}{TRANSPORT}"
         state = {k[len(start) :]: v for k, v in tensors.items() if k.startswith(start)}
-        flow = VectorFlow(basis.shape[1], topts.blocks, topts.hidden)
+        flow = VectorFlow(basis.shape[1], topts.blocks, topts.hidden, mixing=topts.mixing)
         stats = {k: state[k] for k in ("src_mean", "src_whiten", "src_colour", "dst_mean",
                                        "dst_whiten", "dst_colour")}  # fmt: skip
         transport = LatentTransport(basis, flow, stats)

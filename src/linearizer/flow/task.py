@@ -79,8 +79,9 @@ class FlowTask:
         return {"samples": str(path)}
 
     def on_finish(self, model: OneStepFlow, ema, step: int, run_dir: Path) -> dict | None:
-        """Fit the latent calibration for the raw and the EMA weights of the final checkpoint
-        (``calibration_samples`` > 0), for the default sampler of ``linearizer sample``."""
+        """Fit the latent calibration (``calibration_samples`` > 0) for the default sampler of
+        ``linearizer sample`` and the weights it samples with: the EMA ones when the run keeps
+        them, else the raw ones (``linearizer calibrate RUN`` fits both)."""
         n = self.cfg.calibration_samples
         if not n:
             return None
@@ -88,10 +89,11 @@ class FlowTask:
                           transport_steps=self.cfg.transport_steps)  # fmt: skip
         start = time.perf_counter()
         try:
-            fits = {"model": fit_calibration(model, self.images, opts)}
-            if ema is not None:
+            if ema is None:
+                fits = {"model": fit_calibration(model, self.images, opts)}
+            else:
                 with ema.applied(model):
-                    fits["ema"] = fit_calibration(model, self.images, opts)
+                    fits = {"ema": fit_calibration(model, self.images, opts)}
         except LinearizerError as e:  # the trained run stays usable, uncalibrated
             warnings.warn(f"no latent calibration for {run_dir}: {e}", stacklevel=1)
             return {"calibration": f"failed: {e}"}

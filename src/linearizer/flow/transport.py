@@ -12,8 +12,9 @@ transport is the bijection of the latent space
     ``tau(z) = z + Q (T(Q^T z) - Q^T z)``,  ``T(c) = m_d + F((c - m_s) S^-1/2) C^1/2``,
 
 with ``m_s, S`` the samples' coordinate mean and covariance, ``m_d, C`` the data's, and ``F`` a
-small affine-coupling flow on ``R^k`` (:class:`VectorFlow`) fitted by maximum likelihood to the
-data's whitened coordinates. ``tau`` leaves the orthogonal complement of ``Q`` alone and is
+small affine-coupling flow on ``R^k`` (:class:`VectorFlow`, with a learned invertible linear
+map after each coupling, :class:`Mixing`) fitted by maximum likelihood to the data's whitened
+coordinates. ``tau`` leaves the orthogonal complement of ``Q`` alone and is
 exactly invertible, so ``g_data' = tau^-1 o g_data`` is an invertible network like any other and
 the sampler ``g_data'^-1(K B g_noise(.))`` is still a Linearizer: the same matrix ``K B``
 between two induced spaces, with every exactness claim intact. The fit uses training images
@@ -43,14 +44,15 @@ F64 = torch.float64
 
 @dataclass(frozen=True)
 class TransportOptions:
-    """The flow ``F`` (``blocks`` affine couplings, MLP conditioners ``hidden`` wide) and its
-    fit: ``steps`` Adam steps of ``batch`` rows at learning rate ``lr`` (cosine decay), keeping
-    the weights with the best likelihood on held-out data rows (``holdout``, at most a fifth of
-    the data)."""
+    """The flow ``F`` (``blocks`` affine couplings, MLP conditioners ``hidden`` wide, each
+    followed by a learned :class:`Mixing` when ``mixing``) and its fit: ``steps`` Adam steps of
+    ``batch`` rows at learning rate ``lr`` (cosine decay), keeping the weights with the best
+    likelihood on held-out data rows (``holdout``, at most a fifth of the data)."""
 
     steps: int = 3000
-    blocks: int = 8
-    hidden: int = 256
+    blocks: int = 12
+    hidden: int = 192
+    mixing: bool = True
     batch: int = 512
     lr: float = 1e-3
     holdout: int = 5000
@@ -108,12 +110,60 @@ class Coupling(nn.Module):
         return self._join(a, (b - t) * (-s).exp()), -s.sum(dim=1)
 
 
+class Mixing(nn.Module):
+    """A learned invertible linear map ``y = x W^T`` of ``R^dim`` in Glow's LU form,
+    ``W = P L U``: ``P`` a fixed permutation, ``L`` unit lower-triangular, ``U`` upper-triangular
+    with the diagonal ``sign * exp(log_scale)``, so ``log |det W|`` is ``sum(log_scale)`` and the
+    inverse is two triangular solves. It starts at a random rotation (seeded).
+
+    >>> m = Mixing(5, seed=1).double()
+    >>> x = torch.randn(3, 5, dtype=torch.float64)
+    >>> y, _ = m.inverse_logdet(m(x))
+    >>> bool(torch.allclose(y, x, atol=1e-12))
+    True
+    """
+
+    def __init__(self, dim: int, seed: int = 0) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        rotation = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=F64))[0]
+        p, lower, upper = torch.linalg.lu(rotation)
+        diag = upper.diagonal()
+        # P as the index vector of its ones: (v P^T)_i = v_order[i]
+        self.register_buffer("order", p.argmax(dim=1))
+        self.register_buffer("sign", diag.sign().float())
+        self.lower = nn.Parameter(lower.tril(-1).float())
+        self.upper = nn.Parameter(upper.triu(1).float())
+        self.log_scale = nn.Parameter(diag.abs().log().float())
+
+    def _factors(self) -> tuple[Tensor, Tensor]:
+        eye = torch.eye(len(self.sign), dtype=self.lower.dtype, device=self.lower.device)
+        lower = self.lower.tril(-1) + eye
+        upper = self.upper.triu(1) + torch.diag(self.sign * self.log_scale.exp())
+        return lower, upper
+
+    def forward(self, x: Tensor) -> Tensor:
+        lower, upper = self._factors()
+        return (x @ upper.T @ lower.T)[:, self.order]
+
+    def inverse_logdet(self, y: Tensor) -> tuple[Tensor, Tensor]:
+        """``x`` with ``x W^T = y`` and ``log |det dx/dy|`` per row."""
+        lower, upper = self._factors()
+        t = torch.linalg.solve_triangular(lower.T, y[:, torch.argsort(self.order)],
+                                          upper=True, left=False, unitriangular=True)  # fmt: skip
+        x = torch.linalg.solve_triangular(upper.T, t, upper=False, left=False)
+        return x, (-self.log_scale.sum()).expand(len(y))
+
+
 class VectorFlow(nn.Module):
     """Affine couplings on ``R^dim``, each on its own fixed permutation of the coordinates (and
-    back), so the fresh flow is the identity; ``forward`` maps the standard normal to the data,
-    :meth:`nll` is the data's negative log-likelihood per dimension."""
+    back), each followed by a :class:`Mixing` when ``mixing`` (without it the fresh flow is the
+    identity); ``forward`` maps the standard normal to the data, :meth:`nll` is the data's
+    negative log-likelihood per dimension."""
 
-    def __init__(self, dim: int, blocks: int, hidden: int, seed: int = 0) -> None:
+    def __init__(
+        self, dim: int, blocks: int, hidden: int, seed: int = 0, mixing: bool = True
+    ) -> None:
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         with torch.random.fork_rng(devices=[]):  # a seeded fit, and the caller's stream untouched
@@ -122,16 +172,27 @@ class VectorFlow(nn.Module):
                                            for i in range(blocks))  # fmt: skip
         self.register_buffer("perms", torch.stack([torch.randperm(dim, generator=gen)
                                                    for _ in range(blocks)]))  # fmt: skip
+        self.mixes = (nn.ModuleList(Mixing(dim, seed + 1 + i) for i in range(blocks))
+                      if mixing else None)  # fmt: skip
+
+    def _mix(self, i: int) -> Mixing | None:
+        return None if self.mixes is None else self.mixes[i]
 
     def forward(self, u: Tensor) -> Tensor:
-        for perm, c in zip(self.perms, self.couplings):
+        for i, (perm, c) in enumerate(zip(self.perms, self.couplings)):
             u = c(u[:, perm])[:, torch.argsort(perm)]
+            if (mix := self._mix(i)) is not None:
+                u = mix(u)
         return u
 
     def inverse_logdet(self, y: Tensor) -> tuple[Tensor, Tensor]:
         logdet = torch.zeros(len(y), dtype=y.dtype, device=y.device)
-        for perm, c in zip(reversed(self.perms), reversed(self.couplings)):
-            y, ld = c.inverse(y[:, perm])
+        for i in reversed(range(len(self.couplings))):
+            if (mix := self._mix(i)) is not None:
+                y, ld = mix.inverse_logdet(y)
+                logdet = logdet + ld
+            perm = self.perms[i]
+            y, ld = self.couplings[i].inverse(y[:, perm])
             y, logdet = y[:, torch.argsort(perm)], logdet + ld
         return y, logdet
 
@@ -220,7 +281,7 @@ def _fit_flow(white: Tensor, opts: TransportOptions) -> VectorFlow:
     order = torch.randperm(len(white), generator=gen)
     cut = min(opts.holdout, len(white) // 5)
     held, train = white[order[:cut]], white[order[cut:]]
-    flow = VectorFlow(white.shape[1], opts.blocks, opts.hidden, opts.seed)
+    flow = VectorFlow(white.shape[1], opts.blocks, opts.hidden, opts.seed, opts.mixing)
     optim = torch.optim.Adam(flow.parameters(), lr=opts.lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(optim, opts.steps)
     best, best_state = float("inf"), copy.deepcopy(flow.state_dict())

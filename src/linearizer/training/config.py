@@ -130,14 +130,19 @@ class TrainConfig(Config):
 
     RENAMED = FLAT_KEYS
     RESUME_MUTABLE = frozenset(
-        {"max_steps", "max_minutes", "ckpt_every", "keep_last", "log_every", "eval_every",
-         "tracker", "tracker_project", "progress", "threads"}
+        {"max_steps", "max_minutes", "finish_minutes", "ckpt_every", "keep_last", "log_every",
+         "eval_every", "tracker", "tracker_project", "progress", "threads"}
     )  # fmt: skip
 
     seed: int = option(0, "seed of every random draw (weights init, data order, noise)")
     max_steps: int = option(1000, "optimizer steps to train for (total, including resumed ones)")
     max_minutes: float = option(
         0.0, "wall-clock budget in minutes (0 = none); stops at a step boundary, not bit-exact"
+    )
+    finish_minutes: float = option(
+        0.0,
+        "minutes of max_minutes kept for the work after the last step (the flow's latent "
+        "calibration): the steps stop at max_minutes - finish_minutes",
     )
     batch_size: int = option(64, "global batch size (split evenly over torchrun processes)")
     optimizer: Literal["adam", "adamw"] = option("adam", "adam (L2 decay) or adamw (decoupled)")
@@ -177,6 +182,10 @@ class TrainConfig(Config):
     progress: bool = option(True, "show a progress bar (tqdm if installed) on rank 0")
     ddp_find_unused: bool = option(False, "DDP find_unused_parameters (slower; for partial graphs)")
 
+    def step_seconds(self) -> float:
+        """The wall-clock budget of the steps: ``max_minutes - finish_minutes`` (0 = none)."""
+        return max(0.0, self.max_minutes - self.finish_minutes) * 60.0
+
     def validate(self) -> None:
         super().validate()
         positive = {"max_steps": self.max_steps, "batch_size": self.batch_size,
@@ -192,6 +201,13 @@ class TrainConfig(Config):
         for name, value in non_negative.items():
             if not value >= 0:
                 raise LinearizerError(f"config key '{name}' must be >= 0, got {value}")
+        if not self.finish_minutes >= 0 or (
+            self.finish_minutes and not self.finish_minutes < self.max_minutes
+        ):
+            raise LinearizerError(
+                f"config key 'finish_minutes' must be >= 0 and below max_minutes "
+                f"({self.max_minutes:g}), got {self.finish_minutes}"
+            )
         if self.lr_clock == "time" and self.max_minutes <= 0:
             raise LinearizerError("lr_clock=time needs a wall-clock budget (max_minutes > 0)")
         if not 0.0 <= self.ema_decay < 1.0:

@@ -128,10 +128,10 @@ class _LossModule(nn.Module):
 def lr_at(cfg: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
     """Learning rate of (0-based) ``step``: linear warm-up, then constant/cosine/linear decay.
 
-    With ``cfg.lr_clock == "time"`` the decay follows the share of the wall-clock budget used
-    after warm-up (``elapsed_s`` since the start, ``max_minutes`` in all) or the share of
-    ``max_steps``, whichever is further along, so a run stopped by its budget ends on the
-    decayed rate instead of being cut off half-way.
+    With ``cfg.lr_clock == "time"`` the decay follows the share of the steps' wall-clock budget
+    used after warm-up (``elapsed_s`` since the start, ``max_minutes - finish_minutes`` in all)
+    or the share of ``max_steps``, whichever is further along, so a run stopped by its budget
+    ends on the decayed rate instead of being cut off half-way.
     """
     warm = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
     if cfg.schedule == "constant":
@@ -139,7 +139,7 @@ def lr_at(cfg: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
     span = max(1, cfg.max_steps - cfg.warmup_steps)
     progress = min(1.0, max(0.0, (step - cfg.warmup_steps) / span))
     if cfg.lr_clock == "time" and cfg.max_minutes > 0 and step >= cfg.warmup_steps:
-        progress = max(progress, min(1.0, elapsed_s / (cfg.max_minutes * 60.0)))
+        progress = max(progress, min(1.0, elapsed_s / cfg.step_seconds()))
     if cfg.schedule == "cosine":
         shape = 0.5 * (1.0 + math.cos(math.pi * progress))
     else:
@@ -389,7 +389,7 @@ class Trainer:
         t0 = time.perf_counter()
         window_t, window_n, window_loss, window_logs = t0, 0, 0.0, {}
         step, last_loss, stopped, last_ckpt = start, float("nan"), "max_steps", None
-        budget_s = cfg.max_minutes * 60.0
+        budget_s = cfg.step_seconds()
         clock = 0.0  # wall time at the previous step, for lr_clock="time"
         try:
             while step < cfg.max_steps:
@@ -460,13 +460,22 @@ class Trainer:
         summary = {"step": step, "stopped": stopped, "loss": last_loss, "seconds": seconds,
                    "steps_per_s": rate}  # fmt: skip
         tracker.log_summary(step, summary)
+        finish_start = time.perf_counter()
         finish = self._finish(model, ema, env, step)
+        finish_s = time.perf_counter() - finish_start
         self._status(env, status="finished" if stopped == "max_steps" else "stopped",
                      stopped=stopped, step=step, max_steps=cfg.max_steps, seconds=seconds,
                      loss=last_loss, **({"finish": finish} if finish else {}))  # fmt: skip
         if stopped != "max_steps" and env.is_main:
-            print(f"linearizer: {cfg.max_minutes:g}-minute budget reached; stopped at step "
-                  f"{step} of {cfg.max_steps} (checkpoint saved)", file=sys.stderr)  # fmt: skip
+            budget = f"{cfg.max_minutes:g}-minute budget"
+            if cfg.finish_minutes:
+                budget += f" ({cfg.finish_minutes:g} of them kept for the work after the steps)"
+            print(f"linearizer: {budget} reached; stopped at step {step} of {cfg.max_steps} "
+                  f"(checkpoint saved)", file=sys.stderr)  # fmt: skip
+        kept_s = cfg.finish_minutes * 60
+        if env.is_main and finish and kept_s and finish_s > kept_s:
+            print(f"linearizer: the work after the steps took {finish_s:.1f} s, more than the "
+                  f"{kept_s:.1f} s of finish_minutes", file=sys.stderr)  # fmt: skip
         D.barrier(env)
         return TrainResult(self.run_dir, step, stopped, last_loss, last_ckpt, model, ema,
                            seconds, rate)  # fmt: skip
@@ -480,7 +489,8 @@ class Trainer:
         return path
 
     def _finish(self, model, ema, env: D.DistEnv, step: int) -> dict | None:
-        """The task's ``on_finish`` (after the training clock stopped: it is not budgeted)."""
+        """The task's ``on_finish``, after the last step: its time comes out of
+        ``finish_minutes`` (the steps stopped that much before ``max_minutes``)."""
         hook = getattr(self.task, "on_finish", None)
         if not env.is_main or not callable(hook):
             return None
