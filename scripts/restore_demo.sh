@@ -67,6 +67,7 @@ for p in "${pids[@]}"; do wait "$p"; done
 if [ -z "$FLOW" ]; then
     FLOW=$OUT/flow
     "$LINEARIZER" train flow --preset cpu --out "$FLOW" --set "max_minutes=$FLOW_MINUTES" \
+        --set finish_minutes=0 \
         --set "threads=$THREADS" --set progress=false > "$OUT/train-flow.log" 2>&1
 fi
 t1=$(date +%s)

@@ -140,7 +140,7 @@ def test_its_sampler_applies_k_one_and_multi_step_and_other_samplers_do_not(run)
     assert_near(lhs, rhs, eps_factor=1e6, what="additivity")
 
 
-def test_training_stores_the_calibration_of_the_weights_that_sample(run):
+def test_training_stores_the_calibration_of_the_weights_that_sample(run, tmp_path, capsys):
     meta = json.loads((run / "calibration.json").read_text())
     assert meta["sections"] == ["ema"] and meta["step"] == 4
     assert meta["fit"]["n"] == 256 and meta["fit"]["final"] == "predict"
@@ -148,6 +148,15 @@ def test_training_stores_the_calibration_of_the_weights_that_sample(run):
     ema, raw = load_run(run), load_run(run, use_ema=False)
     assert (ema.weights, raw.weights) == ("ema", "model")
     assert ema.model.calibration is not None and raw.model.calibration is None
+    argv = ["sample", str(run), "--n", "2", "--steps", "6", "--out", str(tmp_path / "s")]
+    assert main(argv + ["--no-ema"]) == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "note: the run's latent calibration was fitted for its EMA weights, not the raw ones; "
+        "these sample without it (linearizer calibrate RUN fits both)"
+    ]
+    assert main(argv + ["--no-ema", "--no-calibration"]) == 0
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""
     assert load_calibration(run, 3, "ema") is None  # fitted on another checkpoint: not applied
     plain = resolve("flow", "smoke", [])
     assert plain.calibration_samples == 0

@@ -12,7 +12,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import LinearizerError
-from .flowargs import add_calibration_option, apply_calibration_option, warn_temperature
+from .flowargs import (
+    add_calibration_option,
+    apply_calibration_option,
+    note_uncalibrated,
+    warn_temperature,
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
             raise LinearizerError(f"--steps and --long-steps must be >= 2, got {s.steps}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, cfg, step, folder = _load(args.run, use_ema=not args.no_ema)
+    run = _load(args.run, use_ema=not args.no_ema)
+    model, cfg, step, folder = run.model, run.config, run.step, Path(run.path)
+    note_uncalibrated(run, args)
     apply_calibration_option(model, args)
     calibrated = _calibration_words(model.calibration)
     if args.temperature is None:
@@ -83,11 +90,10 @@ def _calibration_words(cal) -> str:
 
 
 def _load(spec: str, use_ema: bool):
-    """Model, config, step and folder of a flow run folder or ``pretrained:NAME``."""
+    """The loaded flow run folder or ``pretrained:NAME``."""
     from ..training.runs import load_run
 
-    run = load_run(spec, use_ema=use_ema, expect="flow")
-    return run.model, run.config, run.step, Path(run.path)
+    return load_run(spec, use_ema=use_ema, expect="flow")
 
 
 class _progress:

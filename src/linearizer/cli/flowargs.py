@@ -69,6 +69,22 @@ def apply_calibration_option(model, args: argparse.Namespace) -> None:
         model.calibration = None
 
 
+def note_uncalibrated(run, args: argparse.Namespace) -> None:
+    """One line on stderr when the run holds a latent calibration, but not for the weights
+    loaded (training fits the EMA ones only): these sample without it."""
+    from ..flow.calibration import calibration_info
+
+    if args.no_calibration or run.model.calibration is not None:
+        return
+    info = calibration_info(run.path)
+    names = {"ema": "EMA", "model": "raw"}
+    if info and info.get("step") == run.step and run.weights not in info.get("sections", []):
+        print(f"note: the run's latent calibration was fitted for its "
+              f"{' and '.join(names.get(s, s) for s in info['sections'])} weights, not the "
+              f"{names.get(run.weights, run.weights)} ones; these sample without it (linearizer "
+              f"calibrate RUN fits both)", file=sys.stderr)  # fmt: skip
+
+
 def warn_temperature(model, tau: float) -> None:
     """One line on stderr when the latent calibration was fitted on noise of another
     temperature than the one sampled: it then matches other latents than it was fitted to."""
@@ -84,6 +100,7 @@ def load_model(args: argparse.Namespace):
 
     run = load_run(args.run, use_ema=not args.no_ema, expect="flow")
     model, cfg, step = run.model, run.config, run.step
+    note_uncalibrated(run, args)
     apply_calibration_option(model, args)
     dtype = parse_dtype(args.dtype)
     if dtype == torch.float64:  # end to end: networks too, so nothing rounds to float32

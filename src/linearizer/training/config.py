@@ -206,7 +206,8 @@ class TrainConfig(Config):
         ):
             raise LinearizerError(
                 f"config key 'finish_minutes' must be >= 0 and below max_minutes "
-                f"({self.max_minutes:g}), got {self.finish_minutes}"
+                f"({self.max_minutes:g}), got {self.finish_minutes:g} (finish_minutes=0: the "
+                f"work after the last step runs outside the budget)"
             )
         if self.lr_clock == "time" and self.max_minutes <= 0:
             raise LinearizerError("lr_clock=time needs a wall-clock budget (max_minutes > 0)")
