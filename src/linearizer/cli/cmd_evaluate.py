@@ -24,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..flow.evaluate import EvalOptions, default_samplers, evaluate_flow, write_results
+    from ..training.runs import load_run
 
     given = 1.0 if args.temperature is None else args.temperature  # checked before loading
     opts = EvalOptions(n=args.n, seed=args.seed, batch=args.batch, k=args.k,
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
             raise LinearizerError(f"--steps and --long-steps must be >= 2, got {s.steps}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    run = _load(args.run, use_ema=not args.no_ema)
+    run = load_run(args.run, use_ema=not args.no_ema, expect="flow")
     model, cfg, step, folder = run.model, run.config, run.step, Path(run.path)
     note_uncalibrated(run, args)
     apply_calibration_option(model, args)
@@ -87,13 +88,6 @@ def _calibration_words(cal) -> str:
     if cal is None:
         return "no latent calibration"
     return f"{cal.describe()} for {cal.method} T = {cal.steps}, final {cal.final}"
-
-
-def _load(spec: str, use_ema: bool):
-    """The loaded flow run folder or ``pretrained:NAME``."""
-    from ..training.runs import load_run
-
-    return load_run(spec, use_ema=use_ema, expect="flow")
 
 
 class _progress:

@@ -473,7 +473,7 @@ class Trainer:
             print(f"linearizer: {budget} reached; stopped at step {step} of {cfg.max_steps} "
                   f"(checkpoint saved)", file=sys.stderr)  # fmt: skip
         kept_s = cfg.finish_minutes * 60
-        if env.is_main and finish and kept_s and finish_s > kept_s:
+        if env.is_main and kept_s and finish_s > kept_s:
             print(f"linearizer: the work after the steps took {finish_s:.1f} s, more than the "
                   f"{kept_s:.1f} s of finish_minutes", file=sys.stderr)  # fmt: skip
         D.barrier(env)
