@@ -22,6 +22,7 @@ Two machines with 8 GPUs each (run on both, ``--node_rank`` 0 and 1)::
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 from dataclasses import dataclass
 
@@ -99,6 +100,9 @@ def setup(device: str = "auto", timeout_s: float = 600.0) -> tuple[DistEnv, bool
 
 def teardown(created: bool) -> None:
     if created and dist.is_initialized():
+        # a DDP wrapper keeps the group alive through reference cycles; left to the interpreter's
+        # exit, the group's worker threads are torn down too late and the process can abort
+        gc.collect()
         dist.destroy_process_group()
 
 
