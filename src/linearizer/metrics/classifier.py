@@ -19,6 +19,7 @@ Architecture (LeNet-5 layout, ReLU and max-pooling, wider convolutions)::
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -126,27 +127,64 @@ def accuracy(model: LeNet, images: Tensor, labels: Tensor, batch_size: int = 100
 # --- saving and loading ------------------------------------------------------------------------
 
 
+def asset_path(name: str) -> Path:
+    """A weights file shipped in the package, ``linearizer/assets/<name>.safetensors``."""
+    return Path(str(resources.files("linearizer").joinpath("assets", f"{name}.safetensors")))
+
+
 def default_weights_path() -> Path:
     """The committed weights, ``linearizer/assets/lenet_mnist.safetensors``."""
-    return Path(str(resources.files("linearizer").joinpath("assets", f"{ASSET_NAME}.safetensors")))
+    return asset_path(ASSET_NAME)
+
+
+def write_weights(model: nn.Module, path: str | Path, fmt: str, config: dict, info: dict) -> Path:
+    """Write ``path`` (safetensors) and ``path.with_suffix('.json')`` (format, config, SHA-256
+    of the weights file and ``info``)."""
+    path = Path(path)
+    save_tensors(path, model.state_dict(), metadata={"format": fmt})
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    write_json(path.with_suffix(".json"), {"format": fmt, "config": config, "sha256": sha, **info})
+    return path
+
+
+def read_weights(path: Path, fmt: str, what: str, need_sha: bool = False) -> tuple[dict, dict]:
+    """The tensors and the JSON record of a weights file, checked: the record's format, and the
+    file's SHA-256 against the record's (which must be there when ``need_sha``)."""
+    state = load_tensors(path)  # the file the user named is checked first
+    meta_path = path.with_suffix(".json")
+    meta = read_json(meta_path)
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        raise LinearizerError(f"{meta_path} is not a linearizer {what} description")
+    sha = meta.get("sha256")
+    if sha is None and need_sha:
+        raise LinearizerError(f"{meta_path} records no SHA-256 of its weights")
+    # the weights (under a megabyte) were just read whole, so hashing them again is cheap
+    if sha is not None and hashlib.sha256(path.read_bytes()).hexdigest() != sha:
+        raise LinearizerError(
+            f"{path} does not match the SHA-256 in {meta_path.name}: damaged or replaced"
+        )
+    return state, meta
+
+
+def load_state(model: nn.Module, state: dict, path: Path) -> nn.Module:
+    """``model`` with ``state`` loaded; a mismatch names the file in one line."""
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise LinearizerError(f"{path} does not match its config: {first}") from None
+    return model
 
 
 def save_classifier(model: LeNet, path: str | Path, info: dict) -> Path:
     """Write ``path`` (safetensors) and ``path.with_suffix('.json')`` (config + ``info``)."""
-    path = Path(path)
-    meta = {"format": FORMAT, "config": asdict(model.config), **info}
-    save_tensors(path, model.state_dict(), metadata={"format": FORMAT})
-    write_json(path.with_suffix(".json"), meta)
-    return path
+    return write_weights(model, path, FORMAT, asdict(model.config), info)
 
 
 def load_classifier(path: str | Path | None = None, device: str | torch.device = "cpu") -> LeNet:
     """Load a classifier (default: the committed weights) in eval mode."""
     path = Path(path) if path is not None else default_weights_path()
-    state = load_tensors(path)  # the file the user named is checked first
-    meta = read_json(path.with_suffix(".json"))
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise LinearizerError(f"{path.with_suffix('.json')} is not a linearizer LeNet description")
+    state, meta = read_weights(path, FORMAT, "LeNet")
     try:
         cfg = meta["config"]
         config = LeNetConfig(
@@ -157,13 +195,7 @@ def load_classifier(path: str | Path | None = None, device: str | torch.device =
         )
     except (KeyError, TypeError, ValueError) as e:
         raise LinearizerError(f"bad classifier config beside {path}: {e}") from None
-    model = LeNet(config)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:
-        first = str(e).strip().splitlines()[0]
-        raise LinearizerError(f"{path} does not match its config: {first}") from None
-    return model.to(device).eval()
+    return load_state(LeNet(config), state, path).to(device).eval()
 
 
 # --- training ----------------------------------------------------------------------------------
@@ -182,7 +214,7 @@ def random_shift(x: Tensor, max_shift: int, generator: torch.Generator) -> Tenso
 
 @dataclass
 class TrainResult:
-    model: LeNet
+    model: nn.Module
     test_accuracy: float
     train_seconds: float
     history: list[dict]
@@ -207,7 +239,22 @@ def train_classifier(
         raise LinearizerError(f"epochs must be >= 1, got {epochs}")
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = LeNet()
+    return fit_classifier(LeNet(), train, test, gen, epochs, batch_size, lr, max_shift, log)
+
+
+def fit_classifier(
+    model: nn.Module,
+    train: tuple[Tensor, Tensor],
+    test: tuple[Tensor, Tensor],
+    gen: torch.Generator,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    max_shift: int = 0,
+    log: Callable[[str], None] | None = print,
+) -> TrainResult:
+    """The training loop shared by our classifiers: Adam, cosine learning rate to zero over all
+    steps, cross-entropy, optional random shifts; the test accuracy after every epoch."""
     images, labels = train
     steps = epochs * math.ceil(len(images) / batch_size)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
