@@ -139,6 +139,37 @@ def test_time_budget_stops_at_a_step_and_resumes_exactly(tmp_path):
     assert_same(final_state(tmp_path / "cut"), final_state(tmp_path / "full"))
 
 
+def test_a_budgeted_run_shows_its_budget_not_the_max_steps_estimate(tmp_path, capsys, monkeypatch):
+    # 0.05 minutes with 0.03 kept for the finish: the steps get 1.2 s of a ceiling of 100000
+    budgeted = ("max_steps=100000", "max_minutes=0.05", "finish_minutes=0.03", "step_delay_ms=20",
+                "ckpt_every=0", "progress=true")  # fmt: skip
+    cut = train(ToyTask(), cfg_of(*budgeted), tmp_path / "bar")
+    assert cut.stopped == "time budget"
+    err = capsys.readouterr().err
+    frames = [f for f in err.replace("\r", "\n").splitlines() if " left" in f]
+    assert frames and not [f for f in frames if "100000" in f or "step/s" in f]
+    last = frames[-1]
+    assert last.startswith("100%|") and "loss=" in last and "steps/s" in last
+    assert f"| step {cut.step}, 00:01/00:01 budget (+00:01 after the steps), 00:00 left" in last
+    # the bar only reads the clock: the same steps without it train the same weights and log
+    # the same numbers (timings aside; the plain run also logs its last, partial window)
+    train(ToyTask(), cfg_of(f"max_steps={cut.step}", "ckpt_every=0"), tmp_path / "plain")
+    assert_same(final_state(tmp_path / "bar"), final_state(tmp_path / "plain"))
+
+    def untimed(run):
+        steps = [r for r in read_metrics(tmp_path / run) if "lr" in r]
+        return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in steps]
+
+    bar, plain = untimed("bar"), untimed("plain")
+    assert bar and bar == plain[: len(bar)] and len(plain) - len(bar) <= 1
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # no tqdm: a line every log_every steps
+    train(ToyTask(), cfg_of(*budgeted), tmp_path / "lines")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("step 2, 00:00/00:01 budget (+00:01 after the steps), 00:0")
+    assert not [line for line in lines if "/100000" in line]
+
+
 # ----------------------------------------------------------------------------- hooks
 
 
