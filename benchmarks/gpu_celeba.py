@@ -55,7 +55,7 @@ def one_step_figures(model, device: torch.device, n: int, out: Path) -> dict:
         peak_reset(device)
         sync(device)
         start = time.perf_counter()
-        b = model.one_step_operator(steps=100, dtype=torch.float64, form=form)
+        b = model.one_step_operator(steps=100, final="skip", dtype=torch.float64, form=form)
         sync(device)
         res[f"B_T100_{form}_s"] = time.perf_counter() - start
         res[f"B_T100_{form}_peak_mib"] = peak_mib(device)
@@ -64,7 +64,8 @@ def one_step_figures(model, device: torch.device, n: int, out: Path) -> dict:
         sync(device)
         start = time.perf_counter()
         for chunk in noise.split(500):
-            parts.append(model.sample(chunk, steps=100, dtype=torch.float64, form=form))
+            parts.append(model.sample(chunk, steps=100, final="skip", dtype=torch.float64,
+                                      form=form))  # fmt: skip
         sync(device)
         res[f"one_step_{form}_images_per_s"] = n / (time.perf_counter() - start)
         images[form] = torch.cat(parts).float()
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     data, source = dataset_settings(args.celeba)
     settings = [f"max_steps={args.steps}", f"max_minutes={args.minutes}", f"device={args.device}",
                 "ckpt_every=0", "eval_every=0", "progress=false", "log_every=25",
-                "sample_steps=100", "sample_method=euler", *data]  # fmt: skip
+                "sampler.steps=100", *data]  # fmt: skip
     cfg = resolve("flow", "celeba", settings + (TINY if args.tiny else []))
     report: dict = {"torch": torch.__version__, "data": source, "config": cfg.to_dict()}
     if device.type == "cuda":

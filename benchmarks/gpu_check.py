@@ -92,7 +92,7 @@ def sample_and_fid(model, cfg, device: torch.device, n: int, out: Path) -> dict:
             model._cache.clear()  # time the build, not the cache
             sync(device)
             start = time.perf_counter()
-            model.one_step_matrix(steps=steps, dtype=dtype)
+            model.one_step_matrix(steps=steps, final="skip", dtype=dtype)
             sync(device)
             res[f"B_T{steps}_euler_{name}_s"] = time.perf_counter() - start
     gen = torch.Generator(device=device).manual_seed(1)
@@ -101,7 +101,7 @@ def sample_and_fid(model, cfg, device: torch.device, n: int, out: Path) -> dict:
     sync(device)
     start = time.perf_counter()
     for chunk in noise.split(1000):
-        parts.append(model.sample(chunk, steps=100).clamp(0, 1))
+        parts.append(model.sample(chunk, steps=100, final="skip", dtype=chunk.dtype).clamp(0, 1))
     sync(device)
     seconds = time.perf_counter() - start
     images = torch.cat(parts).float().cpu()
@@ -109,7 +109,7 @@ def sample_and_fid(model, cfg, device: torch.device, n: int, out: Path) -> dict:
     res.update({"samples": n, "one_step_images_per_s": n / seconds})
     sync(device)
     start = time.perf_counter()
-    multi = model.sample(noise[:1000], steps=100, one_step=False)
+    multi = model.sample(noise[:1000], steps=100, final="skip", dtype=noise.dtype, one_step=False)
     sync(device)
     res["multi_step_T100_images_per_s"] = min(n, 1000) / (time.perf_counter() - start)
     if model.image_shape[:2] == (1, 32):  # FID (LeNet) is defined on 32x32 grey digits only
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     settings = [f"max_steps={args.steps}", f"max_minutes={args.minutes}", f"device={args.device}",
                 "ckpt_every=0", "eval_every=0", "progress=false", "log_every=25",
-                "sample_steps=100", "sample_method=euler", f"dataset={args.dataset}"]  # fmt: skip
+                "sampler.steps=100", f"dataset={args.dataset}"]  # fmt: skip
     cfg = apply_overrides(PAPER, settings + (TINY if args.tiny else []) + args.set)
     report: dict = {"torch": torch.__version__, "config": cfg.to_dict()}
     if device.type == "cuda":

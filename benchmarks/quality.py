@@ -232,24 +232,28 @@ def evaluate(
 
 
 def _rate_flow_run(label: str, run: Path, noise: Tensor, add, tau: float | None) -> None:
-    """Our samplers at ``tau`` (default: the run's ``sample_temperature``): ``x0 = tau * noise``;
-    the sampler the run's latent calibration was fitted for applies it (``calibrated``)."""
+    """Our samplers at ``tau`` (default: the run's sampler's temperature): ``x0 = tau * noise``;
+    the sampler the run's latent maps were fitted for applies them (``maps``)."""
+    from linearizer.flow.spec import SamplerSpec
     from linearizer.flow.task import load_flow_run
 
     model, cfg, step = load_flow_run(run)
-    tau = cfg.sample_temperature if tau is None else tau
+    tau = cfg.sampler.temperature if tau is None else tau
     noise = tau * noise
+    cal = model.calibration
     for steps in (100, 1000):
         for final in ("skip", "predict"):
-            kw = {"steps": steps, "final": final}
-            _, build = _timed(lambda kw=kw: model.one_step_matrix(**kw, dtype=torch.float32))
+            spec = SamplerSpec(steps=steps, final=final, dtype="float32", temperature=tau)
+            if cal is not None and cal.applies_to(spec):
+                spec = spec.replace(maps="calibration" if cal.transport is None else "transport")
+            _, build = _timed(lambda spec=spec: model.one_step_matrix(spec))
             with torch.no_grad():
-                x, dt = _batched(lambda c, kw=kw: model.sample(c, **kw), noise, 250)
+                x, dt = _batched(lambda c, spec=spec: model.sample(c, spec), noise, 250)
             add(label, f"one-step, B from T={steps} Euler, final {final}", 2, x, dt,
-                B_build_s=build, step=step, temperature=tau,
-                calibrated=model.calibrates(steps, "euler", final))  # fmt: skip
+                B_build_s=build, step=step, temperature=tau, maps=spec.maps)  # fmt: skip
     with torch.no_grad():
-        x, dt = _batched(lambda c: model.sample(c, steps=100, one_step=False), noise, 250)
+        x, dt = _batched(lambda c: model.sample(c, steps=100, final="skip", dtype="float32",
+                                                one_step=False), noise, 250)  # fmt: skip
     add(label, "multi-step Euler T=100 (latent)", 2, x, dt, step=step, temperature=tau)
 
 

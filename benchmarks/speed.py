@@ -53,6 +53,7 @@ from linearizer.flow.build import build_flow  # noqa: E402
 from linearizer.flow.config import CPU, PAPER  # noqa: E402
 from linearizer.flow.model import DATA, NOISE  # noqa: E402
 from linearizer.flow.objective import draw_noise, flow_loss  # noqa: E402
+from linearizer.flow.spec import SamplerSpec  # noqa: E402
 from linearizer.invertible.dropout import set_dropout_seed  # noqa: E402
 from linearizer.io import write_json  # noqa: E402
 
@@ -155,7 +156,8 @@ def measure(case: dict) -> dict:
             if impl == "reference":
                 fn = lambda: ref.sample(x0, steps, REF_METHOD[method])  # noqa: E731
             else:
-                kw = dict(steps=steps, method=method, one_step=False)
+                kw = dict(steps=steps, method=method, final="skip", dtype=x0.dtype,
+                          one_step=False)  # fmt: skip
                 fn = lambda: model.sample(x0, **kw)  # noqa: E731
             return _time_calls(fn, repeats, budget, quick)
         if task == "onestep":
@@ -164,8 +166,9 @@ def measure(case: dict) -> dict:
                 b_row = ref.sampling_matrix(steps, "euler")
                 fn = lambda: ref.sample_one_step(x0, b_row)  # noqa: E731
             else:
-                model.one_step_matrix(steps=steps, dtype=torch.float32)  # cached, as in use
-                fn = lambda: model.sample(x0, steps=steps)  # noqa: E731
+                spec = SamplerSpec(steps=steps, final="skip", dtype="float32")
+                model.one_step_matrix(spec)  # cached, as in use
+                fn = lambda: model.sample(x0, spec)  # noqa: E731
             return _time_calls(fn, repeats, budget, quick)
         if task in ("g", "g_inverse"):
             owner = ref if impl == "reference" else model

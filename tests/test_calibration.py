@@ -20,6 +20,7 @@ from linearizer.flow.calibration import (
     load_calibration,
     save_calibration,
 )
+from linearizer.flow.spec import SamplerSpec
 from linearizer.flow.task import FlowTask, load_images
 from linearizer.training.config import resolve
 from linearizer.training.runs import load_run
@@ -88,7 +89,7 @@ def test_the_fit_gives_samples_the_datas_covariance_in_the_samplers_range(run):
     loaded = load_run(run)
     model, cfg = loaded.model.double(), loaded.config
     images, _ = load_images(cfg, "train")
-    opts = FitOptions(n=200, steps=6, temperature=1.3, seed=5)
+    opts = FitOptions(sampler=SamplerSpec(steps=6, temperature=1.3), n=200, seed=5)
     cal = fit_calibration(model, images, opts)
     q = cal.basis
     assert_near(q.T @ q, torch.eye(cfg.rank, dtype=F64), eps_factor=100, what="orthonormal")
@@ -98,7 +99,7 @@ def test_the_fit_gives_samples_the_datas_covariance_in_the_samplers_range(run):
     pick = torch.randperm(len(images), generator=gen)[:200]
     model.calibration = cal
     with torch.no_grad():
-        b = model.one_step_matrix(steps=6, final="predict")
+        b = model.one_step_matrix(steps=6, final="predict", maps="calibration")
         samples = (model.encode(noise, 0.0) @ b.T) @ q
         data = model.encode(images[pick].double(), 1.0) @ q
     want = torch.cov(data.T)
@@ -112,11 +113,13 @@ def test_the_fit_gives_samples_the_datas_covariance_in_the_samplers_range(run):
 def test_its_sampler_applies_k_one_and_multi_step_and_other_samplers_do_not(run):
     model = load_run(run).model.double()
     cal = model.calibration
-    assert (cal.steps, cal.method, cal.final) == (1000, "euler", "predict")
+    assert cal.sampler.schedule == (10, "euler", "predict")  # the smoke run's own sampler
     x0 = torch.randn(4, *model.image_shape, dtype=F64, generator=torch.Generator().manual_seed(6))
-    kw = {"steps": 1000, "final": "predict"}
-    assert model.calibrates(**kw, method="euler") and not model.calibrates(100, "euler", "skip")
-    for other in ({"steps": 6, "final": "predict"}, {"steps": 1000, "final": "skip"}):
+    kw = {"steps": 10, "final": "predict", "maps": "calibration"}
+    assert cal.applies_to(SamplerSpec(steps=10)) and not cal.applies_to(SamplerSpec())
+    for other in ({"steps": 6, "final": "predict"}, {"steps": 10, "final": "skip"}):
+        with pytest.raises(LinearizerError, match="fitted for euler T = 10, final predict"):
+            model.sample(x0, **other, maps="calibration")
         with torch.no_grad():
             raw = solvers.collapse(model.op, dtype=F64, **other)
             plain = model.decode(model.encode(x0, 0.0) @ raw.T, 1.0)
@@ -125,11 +128,12 @@ def test_its_sampler_applies_k_one_and_multi_step_and_other_samplers_do_not(run)
     multi = model.sample(x0, one_step=False, **kw)
     assert_near(multi, one, eps_factor=1e5, what="one-step = multi-step, calibrated")
     with torch.no_grad():
-        raw = solvers.collapse(model.op, dtype=F64, **kw)
+        raw = solvers.collapse(model.op, steps=10, final="predict", dtype=F64)
         want = model.decode(model.calibration.apply_rows(model.encode(x0, 0.0) @ raw.T), 1.0)
     assert_near(one, want, eps_factor=1e5)
     model.calibration = None  # the cached B is dropped with the calibration
-    assert not torch.allclose(model.sample(x0, **kw), one)
+    with pytest.raises(LinearizerError, match="holds no latent calibration"):
+        model.sample(x0, **kw)
     with pytest.raises(LinearizerError, match="latents"):
         model.calibration = _calibration(d=16)
     model.calibration = cal
@@ -143,19 +147,19 @@ def test_its_sampler_applies_k_one_and_multi_step_and_other_samplers_do_not(run)
 def test_training_stores_the_calibration_of_the_weights_that_sample(run, tmp_path, capsys):
     meta = json.loads((run / "calibration.json").read_text())
     assert meta["sections"] == ["ema"] and meta["step"] == 4
-    assert meta["fit"]["n"] == 256 and meta["fit"]["final"] == "predict"
+    assert meta["fit"]["n"] == 256 and meta["fit"]["sampler"]["steps"] == 10
     assert "calibration_seconds" in json.loads((run / "run.json").read_text())["finish"]
     ema, raw = load_run(run), load_run(run, use_ema=False)
     assert (ema.weights, raw.weights) == ("ema", "model")
     assert ema.model.calibration is not None and raw.model.calibration is None
-    argv = ["sample", str(run), "--n", "2", "--steps", "6", "--out", str(tmp_path / "s")]
-    assert main(argv + ["--no-ema"]) == 0
+    argv = ["sample", str(run), "--n", "2", "--out", str(tmp_path / "s")]
+    assert main(argv + ["--no-ema", "--maps", "calibration"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "note: the run's latent calibration was fitted for its EMA weights, not the raw ones; "
-        "these sample without it (linearizer calibrate RUN fits both)"
+        "linearizer: error: --maps calibration: the run's latent maps were fitted for its EMA "
+        "weights, not the raw ones (linearizer calibrate RUN fits both)"
     ]
-    assert main(argv + ["--no-ema", "--no-calibration"]) == 0
-    assert main(argv) == 0
+    assert main(argv + ["--no-ema"]) == 0
+    assert main(argv + ["--maps", "calibration"]) == 0
     assert capsys.readouterr().err == ""
     assert load_calibration(run, 3, "ema") is None  # fitted on another checkpoint: not applied
     plain = resolve("flow", "smoke", [])
@@ -177,15 +181,16 @@ def test_calibrate_command_fits_a_run_and_sample_can_leave_it_out(run, tmp_path,
     assert not (copy / "calibration.json").exists()
     assert main(["calibrate", str(copy), "--n", "64", "--steps", "6"]) == 0
     assert "EMA weights: 2 directions" in capsys.readouterr().out
-    assert load_run(copy).model.calibration.steps == 6
+    assert load_run(copy).model.calibration.sampler.steps == 6
     outs = {}
-    for flag in ([], ["--no-calibration"]):
-        out = tmp_path / ("off" if flag else "on")
+    for flag in ([], ["--maps", "calibration"]):
+        out = tmp_path / ("on" if flag else "off")
         argv = ["sample", str(copy), "--steps", "6", "--n", "3", "--out", str(out), *flag]
         assert main(argv) == 0
-        assert ("latent calibration" in capsys.readouterr().out) is not bool(flag)
+        assert ("maps calibration" in capsys.readouterr().out) is bool(flag)
         with np.load(out / "samples.npz") as z:
             outs[bool(flag)] = z["samples"]
+            assert json.loads(str(z["meta"]))["spec"]["maps"] == ("calibration" if flag else "none")
     assert not np.allclose(outs[True], outs[False])
     for argv, why in (([str(copy), "--n", "1"], "--n must be >= 2"),
                       (["pretrained:mnist"], "ships with its calibration"),
@@ -196,30 +201,32 @@ def test_calibrate_command_fits_a_run_and_sample_can_leave_it_out(run, tmp_path,
 
 
 def test_evaluate_calibrates_the_fitted_sampler_only_and_says_so(run, tmp_path):
-    argv = ["evaluate", str(run), "--n", "16", "--steps", "4", "--kid-subsets", "2",
+    argv = ["evaluate", str(run), "--n", "16", "--kid-subsets", "2",
             "--no-progress", "--no-references"]  # fmt: skip
-    assert main(argv + ["--out", str(tmp_path / "a")]) == 0
-    assert main(argv + ["--out", str(tmp_path / "b"), "--no-calibration"]) == 0
+    assert main(argv + ["--out", str(tmp_path / "a"), "--maps", "calibration"]) == 0
+    assert main(argv + ["--out", str(tmp_path / "b")]) == 0
     a, b = (json.loads((tmp_path / x / "results.json").read_text()) for x in "ab")
-    assert a["calibration"] == {"steps": 1000, "method": "euler", "final": "predict"}
-    assert b["calibration"] is None and "no latent calibration" in b["title"]
-    assert [r["calibrated"] for r in a["rows"]] == [False, False, False, True]
-    assert not any(r["calibrated"] for r in b["rows"])
+    assert a["calibration"]["fitted_for"]["steps"] == 10
+    assert [r["name"] for r in a["rows"]] == ["method", "authors-grid", "calibration"]
+    assert [r["name"] for r in b["rows"]] == ["method", "authors-grid"]
+    assert [r["spec"]["maps"] for r in a["rows"]] == ["none", "none", "calibration"]
     assert a["rows"][0]["fid_lenet"] == b["rows"][0]["fid_lenet"]
-    assert a["rows"][3]["fid_lenet"] != b["rows"][3]["fid_lenet"]
-    assert "latent calibration" in (tmp_path / "a" / "results.md").read_text()
+    assert a["rows"][2]["fid_lenet"] != a["rows"][0]["fid_lenet"]
+    assert "maps calibration" in (tmp_path / "a" / "results.md").read_text()
+    assert main(argv + ["--out", str(tmp_path / "c"), "--maps", "calibration", "--steps", "4"]) == 2
 
 
 def test_the_fit_through_a_factored_b_matches_the_dense_one(run, monkeypatch):
     model = load_run(run).model.double()
     images, _ = load_images(load_run(run).config, "train")
-    opts = FitOptions(n=128, steps=4)
+    opts = FitOptions(sampler=SamplerSpec(steps=4), n=128)
     dense = fit_calibration(model, images, opts)
     monkeypatch.setattr(factored, "MIN_FACTORED_DIM", 1)
     fact = fit_calibration(model, images, opts)
     model.calibration = fact
-    assert isinstance(model.one_step_operator(steps=4, final="predict"), factored.FactoredMatrix)
-    assert_near(model.one_step_operator(steps=4, final="predict").to_dense(),
+    kw = {"steps": 4, "final": "predict", "maps": "calibration"}
+    assert isinstance(model.one_step_operator(**kw), factored.FactoredMatrix)
+    assert_near(model.one_step_operator(**kw).to_dense(),
                 dense.compose(solvers.collapse(model.op, steps=4, final="predict")),
                 eps_factor=1e6)  # fmt: skip
     # the bases may differ in the sign of each column; K itself may not

@@ -30,6 +30,7 @@ from linearizer.compat.official import (
     read_official_args,
 )
 from linearizer.errors import LinearizerError
+from linearizer.flow.spec import AUTHORS
 from linearizer.safe_pickle import read_torch_checkpoint, unpickle_restricted
 from official_fixture import CKPT, MANIFEST, load_golden, needs_fixture
 from tolerance import assert_near
@@ -400,7 +401,7 @@ def test_convert_dry_run_checks_everything_and_writes_nothing(tmp_path, capsys):
     assert main(["convert-official", str(CKPT), "--out", str(run), "--dry-run"]) == 0
     assert not run.exists()
     printed = capsys.readouterr().out
-    assert '"blocks": 4' in printed and '"sample_method": "rk4-authors"' in printed
+    assert '"blocks": 4' in printed and '"method": "rk4-authors"' in printed
     # an existing run is refused before anything is read
     run.mkdir()
     (run / "run.json").write_text("{}")
@@ -418,10 +419,11 @@ def test_flow_config_of_the_fixture_and_refusals(official):
     net = cfg.network
     assert (net.kind, net.blocks, net.hidden, cfg.rank, net.img_size) == ("paper", 4, 16, 8, 32)
     assert (net.unet_channel_mult, net.unet_blocks, net.unet_attn) == ((1, 1), 2, (16,))
-    assert (cfg.sample_method, cfg.sample_steps, cfg.noise_level) == ("rk4-authors", 1000, 0.3)
-    assert flow_config(layout, {"sampling_method": "euler", "steps": 50}).sample_method == "euler"
-    with pytest.raises(LinearizerError, match="sample_steps"):
-        flow_config(layout, {"steps": "many"})
+    # the authors' test-script sampler, with the solver their args name
+    assert cfg.sampler == AUTHORS and cfg.noise_level == 0.3
+    assert flow_config(layout, {"sampling_method": "euler"}).sampler == AUTHORS.replace(
+        method="euler"
+    )
     bad = {
         "5-channel": dataclasses.replace(layout, in_channels=5),
         "squeeze": dataclasses.replace(layout, in_channels=3, squeeze=False),

@@ -8,7 +8,8 @@ import torch
 
 from linearizer.cli.main import main
 from linearizer.errors import LinearizerError
-from linearizer.flow.evaluate import EvalOptions, default_samplers, evaluate_flow, markdown_table
+from linearizer.flow.evaluate import EvalOptions, default_rows, evaluate_flow, markdown_table
+from linearizer.flow.spec import SamplerSpec
 from linearizer.flow.task import FlowTask, load_flow_run, load_images
 from linearizer.metrics.precision_recall import coverage_share, knn_radii, precision_recall
 from linearizer.training.config import resolve
@@ -64,10 +65,11 @@ def test_evaluate_flow_rows_and_reference_order(run):
     reference, _ = load_images(cfg, "test")
     train_images, _ = load_images(cfg, "train")
     opts = EvalOptions(n=48, batch=16, kid_subsets=2)
-    samplers = default_samplers(4, 8)
-    results, samples = evaluate_flow(model, reference, samplers, opts, train_images=train_images)
+    rows = default_rows(SamplerSpec(steps=4))
+    results, samples = evaluate_flow(model, reference, rows, opts, train_images=train_images)
     names = [row["name"] for row in results["rows"]]
-    assert names == ["T4", "T4-predict", "T8", "T8-predict", "train", "uniform"]
+    assert names == ["method", "authors-grid", "train", "uniform"]
+    assert results["rows"][1]["spec"] == SamplerSpec(steps=100, final="skip").to_dict()
     train_row, uniform_row = results["rows"][-2:]
     # real images of the same kind are far closer to the reference than uniform noise
     assert train_row["fid_lenet"] < uniform_row["fid_lenet"]
@@ -75,28 +77,29 @@ def test_evaluate_flow_rows_and_reference_order(run):
     for row in results["rows"]:
         assert 0.0 <= row["precision"] <= 1.0 and 0.0 <= row["recall"] <= 1.0
         assert sum(row["class_histogram"]) == 48
-    assert set(samples) == {"T4", "T4-predict", "T8", "T8-predict"}
-    assert samples["T4"].shape == (48, 1, 8, 8)
+    assert set(samples) == {"method", "authors-grid"}
+    assert samples["method"].shape == (48, 1, 8, 8)
     assert markdown_table(results).count("\n") == 2 + len(names)
 
 
 def test_evaluate_command_writes_results_and_grids(run, tmp_path):
     out = tmp_path / "eval"
-    argv = ["evaluate", str(run), "--n", "32", "--steps", "4", "--long-steps", "6",
+    argv = ["evaluate", str(run), "--n", "32", "--steps", "4",
             "--kid-subsets", "2", "--no-progress", "--out", str(out)]  # fmt: skip
     assert main(argv + ["--dry-run"]) == 0
     assert not out.exists()
     assert main(argv) == 0
     results = json.loads((out / "results.json").read_text())
-    assert [r["name"] for r in results["rows"]][:4] == ["T4", "T4-predict", "T6", "T6-predict"]
+    assert [r["name"] for r in results["rows"]][:2] == ["method", "authors-grid"]
+    assert results["spec"] == SamplerSpec(steps=4).to_dict()  # the run's sampler, --steps 4
     assert "FID (LeNet)" in (out / "results.md").read_text()
-    for name in ("T4", "T4-predict", "T6", "T6-predict"):
+    for name in ("method", "authors-grid"):
         assert (out / f"grid_{name}.png").stat().st_size > 0
 
 
 @pytest.mark.parametrize(
     "extra, message",
-    [(["--n", "2"], "--n must be"), (["--steps", "1"], "--steps"), (["--k", "0"], "--k")],
+    [(["--n", "2"], "--n must be"), (["--steps", "1"], "steps must be"), (["--k", "0"], "--k")],
 )
 def test_bad_options_are_one_line_and_exit_2(run, tmp_path, capsys, extra, message):
     code = main(["evaluate", str(run), "--out", str(tmp_path / "o"), *extra])

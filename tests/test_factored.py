@@ -134,15 +134,17 @@ def model():
 
 def test_model_samples_and_inverts_through_either_form(model):
     x0 = torch.randn(3, *model.image_shape, dtype=F64)
-    dense = model.sample(x0, steps=8, form="dense")
-    fact = model.sample(x0, steps=8, form="factored")
+    dense = model.sample(x0, steps=8, form="dense", final="skip")
+    fact = model.sample(x0, steps=8, form="factored", final="skip")
     assert rel(fact, dense) <= 1e3 * EPS * model.dim
     # Below MIN_FACTORED_DIM "auto" is the dense B itself (MNIST-size results stay as they were).
-    assert model.one_step_operator(steps=8) is model.one_step_matrix(steps=8)
-    b = model.one_step_operator(steps=8, form="factored")
-    assert model.one_step_operator(steps=8, form="factored") is b  # cached
+    assert model.one_step_operator(steps=8, final="skip") is model.one_step_matrix(
+        steps=8, final="skip"
+    )
+    b = model.one_step_operator(steps=8, form="factored", final="skip")
+    assert model.one_step_operator(steps=8, form="factored", final="skip") is b  # cached
     x1 = torch.rand(2, *model.image_shape, dtype=F64)
-    bd = model.one_step_matrix(steps=8)
+    bd = model.one_step_matrix(steps=8, final="skip")
     with torch.no_grad():
         _, back = round_trip(model, x1, b)
         _, back_dense = round_trip(model, x1, bd)

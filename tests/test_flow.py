@@ -2,6 +2,7 @@
 the sampling commands and their bad-input paths."""
 
 import copy
+import json
 import math
 
 import numpy as np
@@ -59,7 +60,7 @@ def test_final_predict_is_the_x1_prediction_of_the_last_state(model64):
     steps = 50
     x0 = torch.randn(4, *model64.image_shape, dtype=torch.float64)
     with torch.no_grad():
-        z_skip = model64.one_step_matrix(steps=steps) @ model64.encode(x0, NOISE).T
+        z_skip = model64.one_step_matrix(steps=steps, final="skip") @ model64.encode(x0, NOISE).T
         a = model64.op.matrix(1.0 - 1.0 / steps, dtype=torch.float64)
         want = model64.decode((a @ z_skip).T, DATA)
         got = model64.sample(x0, steps=steps, final="predict")
@@ -69,22 +70,22 @@ def test_final_predict_is_the_x1_prediction_of_the_last_state(model64):
 @pytest.mark.parametrize("one_step", [True, False])
 def test_sample_builds_no_autograd_graph(model64, one_step):
     x0 = torch.randn(4, *model64.image_shape, dtype=torch.float64, requires_grad=True)
-    x = model64.sample(x0, steps=5, one_step=one_step)
+    x = model64.sample(x0, steps=5, one_step=one_step, final="skip")
     assert x.grad_fn is None and not x.requires_grad
 
 
 def test_authors_rk_matrix_misses_true_rk4(model64):
     x0 = torch.randn(16, *model64.image_shape, dtype=torch.float64)
     with torch.no_grad():
-        authors = model64.sample(x0, steps=100, method="rk4-authors")
-        rk4 = model64.sample(x0, steps=100, method="rk4", one_step=False)
+        authors = model64.sample(x0, steps=100, method="rk4-authors", final="skip")
+        rk4 = model64.sample(x0, steps=100, method="rk4", one_step=False, final="skip")
     assert 0 < (authors - rk4).abs().max() and psnr(authors, rk4) < 120
 
 
 def test_inversion_round_trip_float64(model64):
     x1 = torch.rand(6, *model64.image_shape, dtype=torch.float64)
     with torch.no_grad():
-        b = model64.one_step_matrix(steps=100)
+        b = model64.one_step_matrix(steps=100, final="skip")
         _, back = round_trip(model64, x1, b)
     assert_near(back, x1, eps_factor=ROUNDING * condition_number(b))  # measured 6 eps, cond 3
 
@@ -93,7 +94,7 @@ def test_inversion_round_trip_float64(model64):
 def test_interpolation_runs_from_the_first_image_to_the_second(model64, space):
     xa, xb = torch.rand(2, 1, *model64.image_shape, dtype=torch.float64)
     with torch.no_grad():
-        b = model64.one_step_matrix(steps=100)
+        b = model64.one_step_matrix(steps=100, final="skip")
         frames = interpolate(model64, xa, xb, b, n=5, space=space)
         bar = ROUNDING * condition_number(b)
         assert frames.shape == (5, *model64.image_shape)
@@ -105,18 +106,18 @@ def test_interpolation_runs_from_the_first_image_to_the_second(model64, space):
             want = model64.decode(0.75 * za + 0.25 * zb, DATA)
         else:
             na, nb = model64.invert(xa, b), model64.invert(xb, b)
-            want = model64.sample(0.75 * na + 0.25 * nb, steps=100)
+            want = model64.sample(0.75 * na + 0.25 * nb, steps=100, final="skip")
         assert_near(frames[1], want[0], eps_factor=bar)
         assert rel_err(frames[1], frames[3]) > 1e-3  # not a constant path
 
 
 def test_one_step_matrix_is_cached_until_weights_change(run):
     model, _, _ = load_flow_run(run)
-    b1 = model.one_step_matrix(steps=20)
-    assert model.one_step_matrix(steps=20) is b1
+    b1 = model.one_step_matrix(steps=20, final="skip")
+    assert model.one_step_matrix(steps=20, final="skip") is b1
     with torch.no_grad():
         next(model.op.parameters()).add_(0.01)
-    assert not torch.equal(model.one_step_matrix(steps=20), b1)
+    assert not torch.equal(model.one_step_matrix(steps=20, final="skip"), b1)
 
 
 def test_loss_uses_exact_inverses_with_dropout_in_train_mode(run):
@@ -249,35 +250,34 @@ def test_flow_run_resumes_bit_for_bit(tmp_path, extra):
 @pytest.mark.parametrize(
     "flags, kwargs",
     [
-        (["--final", "predict", "--method", "rk4"], {"final": "predict", "method": "rk4"}),
+        (["--final", "skip", "--method", "rk4"], {"final": "skip", "method": "rk4"}),
         (["--multi-step", "--method", "rk4-authors"], {"one_step": False, "method": "rk4-authors"}),
-        (
-            ["--dtype", "float64", "--form", "factored"],
-            {"dtype": torch.float64, "form": "factored"},
-        ),
+        (["--dtype", "float32", "--form", "factored"], {"dtype": "float32", "form": "factored"}),
     ],
 )
 def test_sample_command_passes_its_flags_to_the_model(run, tmp_path, flags, kwargs):
-    """What ``linearizer sample`` writes equals ``OneStepFlow.sample`` with the same settings."""
+    """What ``linearizer sample`` writes equals ``OneStepFlow.sample`` with the same spec."""
     x0 = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(5))
     np.save(tmp_path / "noise.npy", x0.numpy())
     argv = ["sample", str(run), "--out", str(tmp_path / "o"), "--steps", "12",
             "--noise", str(tmp_path / "noise.npy"), *flags]  # fmt: skip
     assert main(argv) == 0
-    got = torch.from_numpy(np.load(tmp_path / "o" / "samples.npz")["samples"])
-    model, _, _ = load_flow_run(run)
-    kwargs = {"final": "predict", **kwargs}  # the sample command's default last interval
-    dtype = kwargs.pop("dtype", torch.float32)
-    if dtype == torch.float64:
+    with np.load(tmp_path / "o" / "samples.npz") as z:
+        got = torch.from_numpy(z["samples"])
+        meta = json.loads(str(z["meta"]))
+    model, cfg, _ = load_flow_run(run)
+    form = kwargs.pop("form", "auto")
+    one_step = kwargs.pop("one_step", True)
+    spec = cfg.sampler.replace(steps=12, **kwargs)
+    assert meta["spec"] == spec.to_dict()
+    if spec.dtype == "float64":  # the command runs the networks in the spec's dtype too
         model = copy.deepcopy(model).double()
+    x = x0.to(spec.torch_dtype)
     with torch.no_grad():
-        want = model.sample(x0.to(dtype), steps=12, dtype=dtype, **kwargs).float()
+        want = model.sample(x, spec, one_step=one_step, form=form).float()
+        other = model.sample(x, spec.replace(final="predict" if spec.final == "skip" else "skip"))
     assert_near(got, want, eps_factor=10)
-    other = {**kwargs, "final": "skip" if kwargs["final"] == "predict" else "predict"}
-    with torch.no_grad():
-        assert (
-            rel_err(model.sample(x0.to(dtype), steps=12, dtype=dtype, **other).float(), got) > 1e-4
-        )
+    assert rel_err(other.float(), got) > 1e-4
 
 
 def test_bfloat16_conditioners_train_and_are_recorded(tmp_path):

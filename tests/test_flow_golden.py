@@ -88,7 +88,8 @@ def test_converted_folder_is_a_normal_flow_run(run, model):
         "network.dropout": 0.1, "network.clamp": 5.0, "network.clamp_mode": "hard",
         "network.img_size": 32, "rank": 8, "lora_emb": 128, "lora_hidden": 512,
         "lora_depth": 2, "lora_activation": "gelu", "v_scale": 1.0, "perceptual": "auto",
-        "sample_method": "rk4-authors", "sample_steps": 1000, "batch_size": 256, "lr": 1e-4,
+        "sampler.method": "rk4-authors", "sampler.steps": 100, "sampler.final": "skip",
+        "sampler.maps": "none", "batch_size": 256, "lr": 1e-4,
         "data.dataset": "mnist", "noise_level": 0.3,
     }  # fmt: skip
     flat = FlowConfig.from_dict(cfg).flat()
@@ -134,21 +135,21 @@ def test_networks_and_operator_of_the_run(model, golden):
 
 @pytest.mark.parametrize("theirs", ["euler", "rk"])
 def test_one_step_matrix(model, golden, theirs):
-    b = model.one_step_matrix(steps=T, method=OURS[theirs], dtype=torch.float64)
+    b = model.one_step_matrix(steps=T, method=OURS[theirs], dtype=torch.float64, final="skip")
     check(f"out.B_{theirs}_T10", b.T, golden[f"out.B_{theirs}_T10"])
 
 
 @pytest.mark.parametrize("theirs", ["euler", "rk"])
 def test_one_step_latent_and_sample(model, golden, z0, theirs):
     method = OURS[theirs]
-    b = model.one_step_matrix(steps=T, method=method, dtype=torch.float64)
+    b = model.one_step_matrix(steps=T, method=method, dtype=torch.float64, final="skip")
     check(
         f"dbg.one_step_latent_{theirs}_T10",
         z0.double() @ b.T,
         golden[f"dbg.one_step_latent_{theirs}_T10"],
     )
     with torch.no_grad():
-        x = model.sample(golden["in.x0"], steps=T, method=method, one_step=True)
+        x = model.sample(golden["in.x0"], steps=T, method=method, one_step=True, final="skip")
     check(f"out.sample_one_step_{theirs}_T10", x, golden[f"out.sample_one_step_{theirs}_T10"])
 
 
@@ -161,30 +162,31 @@ def test_multi_step_sample_and_path(model, golden, z0, theirs, ours):
     with torch.no_grad():
         x = model.sample(
             golden["in.x0"], steps=T, method=ours, one_step=False,
-            callback=lambda state: path.append(state["z"]),
-        )  # fmt: skip
+            callback=lambda state: path.append(state["z"]), final="skip")  # fmt: skip
     check(f"out.sample_{theirs}_10", x, golden[f"out.sample_{theirs}_10"])
     check(f"dbg.sample_path_{theirs}_10", torch.stack(path), golden[f"dbg.sample_path_{theirs}_10"])
 
 
 def test_true_rk4_collapses_exactly_and_differs_from_the_authors_rk(model, golden, z0):
     z = z0.double()
-    b = model.one_step_matrix(steps=T, method="rk4", dtype=torch.float64)
-    multi = solvers.integrate(model.op, z, steps=T, method="rk4", dtype=torch.float64)
+    b = model.one_step_matrix(steps=T, method="rk4", dtype=torch.float64, final="skip")
+    multi = solvers.integrate(model.op, z, steps=T, method="rk4", dtype=torch.float64, final="skip")
     rel = float((z @ b.T - multi).norm() / multi.norm())
     MEASURED["rk4 collapse vs multi-step (rel, f64)"] = rel
     assert rel <= 1e5 * eps(torch.float64)  # 2e-11: rounding of ~100 float64 GEMMs
     # so our one-step RK4 reproduces their multi-step (true RK4) samples
     with torch.no_grad():
-        x = model.sample(golden["in.x0"], steps=T, method="rk4", dtype=torch.float64)
+        x = model.sample(golden["in.x0"], steps=T, method="rk4", dtype=torch.float64, final="skip")
     check("out.sample_rk_10 (ours: one-step rk4)", x, golden["out.sample_rk_10"])
     # their one-step "rk" is not RK4: its samples differ from true RK4 (golden: up to 0.82)
     golden_gap = float(
         (golden["out.sample_one_step_rk_T10"] - golden["out.sample_rk_10"]).abs().max()
     )
     with torch.no_grad():
-        ours_authors = model.sample(golden["in.x0"], steps=T, method="rk4-authors")
-        ours_rk4 = model.sample(golden["in.x0"], steps=T, method="rk4", one_step=False)
+        ours_authors = model.sample(golden["in.x0"], steps=T, method="rk4-authors", final="skip")
+        ours_rk4 = model.sample(
+            golden["in.x0"], steps=T, method="rk4", one_step=False, final="skip"
+        )
     gap = float((ours_authors - ours_rk4).abs().max())
     MEASURED["rk4-authors vs rk4 sample gap (ours)"] = gap
     MEASURED["rk one-step vs rk multi-step gap (golden)"] = golden_gap
@@ -216,3 +218,24 @@ def test_training_loss_terms(model, golden):
     for ours, theirs in names.items():
         check(f"loss.out.{theirs}", torch.tensor([terms[ours]]), golden[f"loss.out.{theirs}"])
     check("loss.out.total", total.reshape(1), golden["loss.out.total"])
+
+
+def test_a_converted_run_sampled_without_flags_reproduces_the_authors(run, golden, tmp_path):
+    """The converted run records the authors' sampler as its own, so `linearizer sample RUN`
+    with no sampler flag samples like their test script; at the fixture's T = 10 (the only
+    grid the golden file holds) that is their one-step "rk" output."""
+    import json
+
+    import numpy as np
+
+    from linearizer.cli.main import main
+    from linearizer.flow.spec import AUTHORS
+
+    assert FlowConfig.from_dict(read_json(run / "config.json")).sampler == AUTHORS
+    np.save(tmp_path / "x0.npy", golden["in.x0"].numpy())
+    argv = ["sample", str(run), "--noise", str(tmp_path / "x0.npy"), "--out", str(tmp_path)]
+    assert main([*argv, "--steps", str(T)]) == 0
+    with np.load(tmp_path / "samples.npz") as z:
+        got, meta = torch.from_numpy(z["samples"]), json.loads(str(z["meta"]))
+    assert meta["spec"] == AUTHORS.replace(steps=T).to_dict()
+    check("sample RUN (no flags but --steps 10)", got, golden[f"out.sample_one_step_rk_T{T}"])

@@ -121,7 +121,11 @@ def _fine_solution(op, t_end, n=2000):
 def test_callback_sees_every_step():
     seen = []
     solvers.integrate(
-        SmoothLoRA(), torch.zeros(1, D, dtype=torch.float64), steps=6, callback=seen.append
+        SmoothLoRA(),
+        torch.zeros(1, D, dtype=torch.float64),
+        steps=6,
+        callback=seen.append,
+        final="skip",
     )
     assert [s["i"] for s in seen] == list(range(5))
     assert seen[-1]["t"] == pytest.approx(5 / 6)

@@ -9,7 +9,8 @@ import torch
 
 from linearizer.cli.main import main
 from linearizer.errors import LinearizerError
-from linearizer.flow.evaluate import EvalOptions, Sampler, evaluate_flow
+from linearizer.flow.evaluate import EvalOptions, evaluate_flow
+from linearizer.flow.spec import SamplerSpec
 from linearizer.flow.task import FlowTask, load_flow_run, load_images
 from linearizer.flow.temperature import calibrate_temperature, check_temperature, pixel_spread
 from linearizer.training.config import resolve
@@ -30,10 +31,12 @@ def test_bad_temperatures_are_refused(bad):
 
 
 def test_config_records_and_checks_the_temperature():
-    assert resolve("flow", "smoke", []).sample_temperature == 1.0
-    assert resolve("flow", "smoke", ["sample_temperature=1.5"]).sample_temperature == 1.5
-    with pytest.raises(LinearizerError, match="sample_temperature"):
-        resolve("flow", "smoke", ["sample_temperature=0"])
+    assert resolve("flow", "smoke", []).sampler.temperature == 1.0
+    assert resolve("flow", "smoke", ["sampler.temperature=1.5"]).sampler.temperature == 1.5
+    # the key of runs written before the sampler spec still reads (and sets) the temperature
+    assert resolve("flow", "smoke", ["sample_temperature=1.5"]).sampler.temperature == 1.5
+    with pytest.raises(LinearizerError, match="temperature"):
+        resolve("flow", "smoke", ["sampler.temperature=0"])
 
 
 def test_pixel_spread_is_the_mean_per_pixel_std():
@@ -48,7 +51,7 @@ def test_pixel_spread_is_the_mean_per_pixel_std():
 
 def test_calibration_recovers_the_temperature_of_its_target_or_stops_at_a_bound(run):
     model, cfg, _ = load_flow_run(run)
-    kw = {"n": 64, "steps": 10}
+    kw = {"n": 64, "spec": SamplerSpec(steps=10)}
     # the calibration's own noise (seed 0) at tau = 1.7 makes a target it can match exactly
     noise = torch.randn(64, *model.image_shape, generator=torch.Generator().manual_seed(0))
     target = model.sample(1.7 * noise, steps=10, final="predict")
@@ -65,15 +68,12 @@ def test_calibration_recovers_the_temperature_of_its_target_or_stops_at_a_bound(
 def test_evaluate_flow_draws_scaled_noise(run):
     model, cfg, _ = load_flow_run(run)
     reference, _ = load_images(cfg, "test")
-    samplers = [Sampler("T4", 4)]
     base = EvalOptions(n=16, batch=8, kid_subsets=2, references=False)
-    _, cold = evaluate_flow(model, reference, samplers, base)
-    _, hot = evaluate_flow(
-        model, reference, samplers, EvalOptions(**{**base.__dict__, "temperature": 2.0})
-    )
+    _, cold = evaluate_flow(model, reference, [("T4", SamplerSpec(steps=4))], base)
+    _, hot = evaluate_flow(model, reference, [("T4", SamplerSpec(steps=4, temperature=2.0))], base)
     noise = torch.randn(16, *model.image_shape, generator=torch.Generator().manual_seed(0))
     for tau, got in ((1.0, cold), (2.0, hot)):
-        want = model.sample(tau * noise.to(torch.float32), steps=4, dtype=torch.float64)
+        want = model.sample(tau * noise.to(torch.float32), steps=4)
         torch.testing.assert_close(got["T4"], want.float())
 
 
@@ -98,13 +98,13 @@ def test_sample_command_scales_the_noise_and_refuses_it_with_a_noise_file(run, t
 
 def test_evaluate_command_defaults_to_the_runs_temperature(run, tmp_path):
     config = json.loads((run / "config.json").read_text())
-    assert config["sample_temperature"] == 1.0
-    argv = ["evaluate", str(run), "--n", "16", "--steps", "4", "--long-steps", "6",
+    assert config["sampler"]["temperature"] == 1.0
+    argv = ["evaluate", str(run), "--n", "16", "--steps", "4",
             "--kid-subsets", "2", "--no-progress", "--no-references"]  # fmt: skip
     assert main(argv + ["--out", str(tmp_path / "a")]) == 0
     assert main(argv + ["--out", str(tmp_path / "b"), "--temperature", "1.5"]) == 0
     a, b = (json.loads((tmp_path / x / "results.json").read_text()) for x in "ab")
-    assert a["options"]["temperature"] == 1.0 and b["options"]["temperature"] == 1.5
+    assert a["spec"]["temperature"] == 1.0 and b["spec"]["temperature"] == 1.5
     assert "temperature 1.5" in b["title"]
     assert a["rows"][0]["fid_lenet"] != b["rows"][0]["fid_lenet"]
 
@@ -117,8 +117,9 @@ def test_explorer_draws_at_the_runs_temperature(run, tmp_path):
     hot = tmp_path / "hot"
     shutil.copytree(run, hot)
     config = json.loads((hot / "config.json").read_text())
-    (hot / "config.json").write_text(json.dumps({**config, "sample_temperature": 2.0}))
+    config["sampler"]["temperature"] = 2.0
+    (hot / "config.json").write_text(json.dumps(config))
     cold_app, hot_app = Explorer(open_run(run), k=2), Explorer(open_run(hot), k=2)
-    assert (cold_app.flow.temperature, hot_app.flow.temperature) == (1.0, 2.0)
+    assert (cold_app.flow.spec.temperature, hot_app.flow.spec.temperature) == (1.0, 2.0)
     # the same weights and seed: only the noise scale differs, so the samples do too
     assert not np.array_equal(cold_app.flow.sample_picture(5), hot_app.flow.sample_picture(5))

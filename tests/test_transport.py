@@ -20,6 +20,7 @@ from linearizer.flow.calibration import (
     save_calibration,
 )
 from linearizer.flow.model import TransportedSide
+from linearizer.flow.spec import SamplerSpec
 from linearizer.flow.task import FlowTask, load_images
 from linearizer.flow.transport import (
     TransportOptions,
@@ -119,7 +120,7 @@ def test_a_calibrated_sampler_applies_tau_one_and_multi_step_and_stays_a_lineari
     model = load_run(run).model.double()
     cal = model.calibration
     assert cal.transport is not None
-    kw = {"steps": 1000, "final": "predict"}
+    kw = {"steps": 10, "final": "predict", "maps": "transport"}
     x0 = torch.randn(4, *model.image_shape, dtype=F64, generator=torch.Generator().manual_seed(7))
     one = model.sample(x0, **kw)
     assert_near(model.sample(x0, one_step=False, **kw), one, eps_factor=1e6,
@@ -138,7 +139,8 @@ def test_a_calibrated_sampler_applies_tau_one_and_multi_step_and_stays_a_lineari
     assert_near(f.g_y.inverse(f.g_y(x1)), x1, eps_factor=1e6, what="tau^-1 o g_data inverts")
     other = model.sample(x0, steps=6, final="skip")  # other samplers run without tau
     with torch.no_grad():
-        plain = model.decode(model.encode(x0, 0.0) @ model.one_step_matrix(steps=6).T, 1.0)
+        b6 = model.one_step_matrix(steps=6, final="skip")
+        plain = model.decode(model.encode(x0, 0.0) @ b6.T, 1.0)
     assert_near(other, plain, eps_factor=1e5)
 
 
@@ -174,7 +176,7 @@ def test_the_fit_is_reproducible_and_a_pretrained_asset_carries_the_transport(
 ):
     loaded = load_run(run)
     images, _ = load_images(loaded.config, "train")
-    opts = FitOptions(n=128, steps=6, transport_steps=10)
+    opts = FitOptions(sampler=SamplerSpec(steps=6), n=128, transport_steps=10)
     a, b = (fit_calibration(loaded.model, images, opts).transport for _ in range(2))
     z = torch.randn(3, loaded.model.dim, generator=torch.Generator().manual_seed(8))
     assert torch.equal(a(z), b(z))
@@ -194,13 +196,13 @@ def test_the_fit_is_reproducible_and_a_pretrained_asset_carries_the_transport(
 
 
 def test_sampling_at_another_temperature_than_the_fit_says_so(run, tmp_path, capsys):
-    argv = ["sample", str(run), "--steps", "1000", "--final", "predict", "--n", "2"]
+    argv = ["sample", str(run), "--maps", "transport", "--n", "2"]
     assert main(argv + ["--out", str(tmp_path / "a")]) == 0
     assert "note:" not in capsys.readouterr().err
     assert main(argv + ["--out", str(tmp_path / "b"), "--temperature", "1.3"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["note: the latent calibration was fitted at temperature 1; sampling at 1.3 "
-                   "(linearizer calibrate RUN --temperature 1.3 refits it)"]  # fmt: skip
+    assert err == ["note: the latent maps were fitted at temperature 1; sampling at 1.3 "
+                   "(linearizer calibrate RUN --temperature 1.3 refits them)"]  # fmt: skip
 
 
 def test_a_calibration_recorded_before_the_mixing_layers_still_loads(run, tmp_path):
@@ -208,7 +210,8 @@ def test_a_calibration_recorded_before_the_mixing_layers_still_loads(run, tmp_pa
 
     loaded = load_run(run)
     images, _ = load_images(loaded.config, "train")
-    opts = FitOptions(n=128, steps=6, transport_steps=10, transport_mixing=False)
+    opts = FitOptions(sampler=SamplerSpec(steps=6), n=128, transport_steps=10,
+                      transport_mixing=False)  # fmt: skip
     cal = fit_calibration(loaded.model, images, opts)
     assert cal.transport.flow.mixes is None
     copy = tmp_path / "run"

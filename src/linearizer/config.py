@@ -32,7 +32,7 @@ import difflib
 import json
 import types
 import typing
-from dataclasses import MISSING, dataclass, field
+from dataclasses import MISSING, field
 from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 from .errors import LinearizerError
@@ -54,12 +54,16 @@ def option(default: Any, help: str, **metadata: Any) -> Any:
     return field(default=default, metadata=meta)
 
 
-@dataclass
 class Config:
-    """Base of every typed config: strict ``from_dict``, ``to_dict``, validation hook."""
+    """Base of every typed config: strict ``from_dict``, ``to_dict``, validation hook.
+
+    Not a dataclass itself (it has no fields), so a config may be a frozen dataclass.
+    """
 
     # Old flat keys -> dotted names in a section (not a dataclass field: no annotation).
     RENAMED: ClassVar[dict[str, str]] = {}
+    # Old keys whose setting no longer exists: read (and dropped) from files written before.
+    RETIRED: ClassVar[frozenset[str]] = frozenset()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -83,7 +87,7 @@ class Config:
         hints = _hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}
         names = list(fields)
-        data = _nest_renamed(cls, data)
+        data = {k: v for k, v in _nest_renamed(cls, data).items() if k not in cls.RETIRED}
         for key in data:
             if key not in names:
                 raise LinearizerError(

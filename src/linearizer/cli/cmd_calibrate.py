@@ -8,20 +8,20 @@ import time
 from dataclasses import asdict
 
 from ..errors import LinearizerError
-from ..flow.solvers import METHODS
+from ..flow.calibration import FitOptions
+from .flowargs import add_spec_options, spec_from_args
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..flow.calibration import FitOptions, fit_calibration, save_calibration
-    from ..flow.temperature import check_temperature
     from ..training.runs import PRETRAINED, load_run
 
     if str(args.run).startswith(PRETRAINED):
         raise LinearizerError(
             f"{args.run} ships with its calibration; calibrate a run folder (or sample with "
-            "--no-calibration)"
+            "--maps none)"
         )
     if args.n < 2:
         raise LinearizerError(f"--n must be >= 2, got {args.n}")
@@ -32,18 +32,16 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_run(args.run, use_ema=use_ema, expect="flow")
         sections[loaded.weights] = loaded
     cfg, step = loaded.config, loaded.step
-    tau = check_temperature(cfg.sample_temperature if args.temperature is None
-                            else args.temperature)  # fmt: skip
+    spec = spec_from_args(args, cfg.sampler)
     transport = cfg.transport_steps if args.transport_steps is None else args.transport_steps
     if transport < 0:
         raise LinearizerError(f"--transport-steps must be >= 0, got {transport}")
-    opts = FitOptions(n=args.n, steps=args.steps, method=args.method, final=args.final,
-                      temperature=tau, seed=args.seed, transport_steps=transport)  # fmt: skip
+    opts = FitOptions(sampler=spec, n=args.n, seed=args.seed, transport_steps=transport)
     names = " and ".join("EMA" if s == "ema" else "raw" for s in sorted(sections))
     if args.dry_run:
         print(f"would calibrate {args.run} (step {step}; {names} weights) on {opts.n} samples "
-              f"at temperature {tau:g}, {opts.method} T = {opts.steps}, "
-              f"final {opts.final}"
+              f"at temperature {spec.temperature:g}, {spec.method} T = {spec.steps}, "
+              f"final {spec.final}"
               + (f", latent transport {transport} steps" if transport else ""))  # fmt: skip
         return 0
     from ..flow.task import load_images
@@ -69,29 +67,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Fit the symmetric linear map K on the generator's output latents that gives "
         "the samples the covariance of the training images' latents in the sampler's range "
         "(the Gaussian optimal-transport map), for the raw and the EMA weights of RUN's newest "
-        "checkpoint, and store it in RUN (calibration.safetensors). The sampler it was fitted "
-        "for (--steps, --method, --final) then draws g_data^-1(K B g_noise(x0)); other samplers "
-        "run without it, and --no-calibration on sample, evaluate, invert, interpolate and svd "
-        "leaves it out. With --transport-steps > 0 a latent transport follows K: a small "
-        "invertible flow in the sampler's range, fitted by maximum likelihood to all training "
-        "images' latents there, so the samples take the data's shape, not only its covariance "
-        "(the sampler draws g_data^-1(tau(K B g_noise(x0)))). Training with "
+        "checkpoint, and store it in RUN (calibration.safetensors). The sampler it is fitted "
+        "for (the run's, changed by --steps, --method, --final, --temperature) then draws "
+        "g_data^-1(K B g_noise(x0)) when asked with --maps calibration; a sampler of another "
+        "schedule that asks for it is refused. With --transport-steps > 0 a latent transport "
+        "follows K: a small invertible flow in the sampler's range, fitted by maximum "
+        "likelihood to all training images' latents there, so the samples take the data's "
+        "shape, not only its covariance (--maps transport draws "
+        "g_data^-1(tau(K B g_noise(x0)))). Training with "
         "calibration_samples > 0 (the cpu preset) does this at the end.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     p.add_argument("run", help="a flow run folder")
-    p.add_argument("--n", type=int, default=10_000, help="noise draws and training images")
-    p.add_argument("--steps", type=int, default=1000, help="T of the sampler calibrated")
-    p.add_argument("--method", default="euler", choices=METHODS,
-                   help="solver of the sampler calibrated")  # fmt: skip
-    p.add_argument("--final", default="predict", choices=["skip", "predict"],
-                   help="last interval of the sampler calibrated")  # fmt: skip
-    p.add_argument("--temperature", type=float, default=None,
-                   help="std tau of the noise (default: the run's sample_temperature)")  # fmt: skip
+    p.add_argument("--n", type=int, default=FitOptions.n, help="noise draws and training images")
+    add_spec_options(p)
     p.add_argument("--transport-steps", type=int, default=None,
                    help="Adam steps of the latent transport fitted after K (flow.transport; "
                    "0: none; default: the run's transport_steps)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="seed of the noise and image draw")
+    p.add_argument("--seed", type=int, default=FitOptions.seed,
+                   help="seed of the noise and image draw")  # fmt: skip
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--dry-run", action="store_true", help="check the inputs, say what would run")
     p.set_defaults(func=run)

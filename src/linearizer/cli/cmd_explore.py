@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from .flowargs import add_spec_options, spec_from_args
+
 LOCAL = ("127.0.0.1", "localhost", "::1")
 
 
@@ -21,9 +23,10 @@ def run(args: argparse.Namespace) -> int:
 
         raise LinearizerError(f"--port must be in 0..65535, got {args.port}")
     index = open_run(args.index) if args.index else None
-    explorer = Explorer(
-        open_run(args.run), k=args.k, steps=args.steps, method=args.method, index=index
-    )
+    run = open_run(args.run)
+    sampler = getattr(run.config, "sampler", None)  # flow runs only
+    spec = None if sampler is None else spec_from_args(args, sampler)
+    explorer = Explorer(run, k=args.k, spec=spec, index=index)
     print(f"{args.run}: {explorer.kind} run at step {explorer.run.step}; "
           f"tabs: {', '.join(explorer.tabs)}")  # fmt: skip
     if args.dry_run:
@@ -45,14 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (localhost only)")
     p.add_argument("--port", type=int, default=7860, help="port (0: the first free one)")
     p.add_argument("--k", type=int, default=6, help="singular directions offered in the Walk tab")
-    p.add_argument(
-        "--steps",
-        type=int,
-        default=None,
-        help="T of the B used by Walk and Invert (default: the run's sample_steps)",
-    )
-    p.add_argument("--method", default=None, choices=["euler", "rk4"],
-                   help="solver of that B (default: the run's sample_method)")  # fmt: skip
+    add_spec_options(p)  # flow runs: Generate's sampler; Walk and Invert skip its last interval
     p.add_argument(
         "--index",
         default=None,

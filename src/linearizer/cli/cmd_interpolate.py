@@ -10,7 +10,7 @@ import torch
 from ..data import save_grid
 from ..errors import LinearizerError
 from ..flow.inversion import interpolate
-from .flowargs import add_sampler_options, load_model, parse_indices, test_images
+from .flowargs import add_sampler_options, invertible_spec, load_model, parse_indices, test_images
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,16 +19,15 @@ def run(args: argparse.Namespace) -> int:
         raise LinearizerError(f"--pair needs two test indices, got {args.pair!r}")
     if args.n < 2:
         raise LinearizerError("--n must be >= 2")
-    model, cfg, step, dtype = load_model(args)
+    model, cfg, step, spec = load_model(args)
+    dtype = spec.torch_dtype
     xa, xb = test_images(cfg, pair).to(dtype).split(1)
     if args.dry_run:
         print(f"would interpolate test images {pair} with {args.run} into {args.out}")
         return 0
     spaces = ["noise", "latent"] if args.space == "both" else [args.space]
     with torch.no_grad():
-        b = model.one_step_operator(
-            steps=args.steps, method=args.method, final=args.final, dtype=dtype, form=args.form
-        )
+        b = model.one_step_operator(invertible_spec(spec), form=args.form)
         rows = [interpolate(model, xa, xb, b, args.n, s) for s in spaces]
     path = Path(args.out) / "interpolation.png"
     save_grid(torch.cat(rows).float().clamp(0, 1), path, nrow=args.n, scale=2)

@@ -10,11 +10,19 @@ import torch
 
 from ..data import save_grid
 from ..flow.inversion import condition_number, round_trip
-from .flowargs import add_sampler_options, load_model, parse_indices, read_images, test_images
+from .flowargs import (
+    add_sampler_options,
+    invertible_spec,
+    load_model,
+    parse_indices,
+    read_images,
+    test_images,
+)
 
 
 def run(args: argparse.Namespace) -> int:
-    model, cfg, step, dtype = load_model(args)
+    model, cfg, step, spec = load_model(args)
+    dtype, inv = spec.torch_dtype, invertible_spec(spec)
     if args.images:
         x1 = read_images(args.images, model.image_shape)
     else:
@@ -24,15 +32,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"would invert {len(x1)} images with {args.run} (step {step}) into {args.out}")
         return 0
     with torch.no_grad():
-        b = model.one_step_operator(
-            steps=args.steps, method=args.method, final=args.final, dtype=dtype, form=args.form
-        )
+        b = model.one_step_operator(inv, form=args.form)
         x0, back = round_trip(model, x1, b)
     mse = (back - x1).pow(2).flatten(1).mean(1)
     psnr = [(-10 * math.log10(m) if m > 0 else math.inf) for m in mse.tolist()]
     rows = torch.cat([x1, (x0 * 0.25 + 0.5), back]).float().clamp(0, 1)
     save_grid(rows, Path(args.out) / "inversion.png", nrow=len(x1), scale=2)
-    print(f"B: T={args.steps} {args.method}, condition number {condition_number(b):.3g}")
+    print(f"B: {inv.describe()} (the run's sampler, last interval skipped so B inverts), "
+          f"condition number {condition_number(b):.3g}")  # fmt: skip
     print("round-trip PSNR (dB): " + ", ".join(f"{p:.1f}" for p in psnr))
     print(f"rows: image, noise (x0/4 + 1/2), regenerated -> {Path(args.out) / 'inversion.png'}")
     return 0

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import LinearizerError
+from .flowargs import add_spec_options, spec_from_args
 
 
 def _load(spec: str, expect: str) -> tuple[Any, Any, int]:
@@ -62,8 +63,9 @@ def _prior(args: argparse.Namespace):
         facts["ign"] = str(args.ign)
     if args.flow:
         prior.flow, fcfg, facts["flow_step"] = _load(args.flow, "flow")
-        prior.flow_steps, prior.flow_method = fcfg.sample_steps, fcfg.sample_method
+        prior.flow_spec = spec_from_args(args, fcfg.sampler)
         facts["flow"] = str(args.flow)
+        facts["flow_spec"] = prior.flow_spec.to_dict()
     return prior, cfg, facts
 
 
@@ -247,6 +249,7 @@ def _common(p: argparse.ArgumentParser) -> None:
         default=None,
         help="run folder of a one-step flow, for the noise-optimisation baseline",
     )
+    add_spec_options(p)  # the --flow run's sampler
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--iters", type=int, default=10, help="alternating-projection iterations")
     p.add_argument(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -11,10 +12,9 @@ import torch
 
 from ..data import save_grid
 from ..errors import LinearizerError
-from ..flow.temperature import check_temperature
-from ..io import atomic_write
+from ..io import atomic_write, write_json
 from .common import read_image_batch
-from .flowargs import add_sampler_options, load_model, warn_temperature
+from .flowargs import add_sampler_options, load_model
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,17 +22,13 @@ def run(args: argparse.Namespace) -> int:
         raise LinearizerError("--n must be >= 1")
     if args.noise and args.temperature is not None:
         raise LinearizerError("--temperature scales drawn noise; a --noise file is used as given")
-    model, cfg, step, dtype = load_model(args)
-    tau = check_temperature(
-        cfg.sample_temperature if args.temperature is None else args.temperature
-    )
+    model, cfg, step, spec = load_model(args)
+    dtype = spec.torch_dtype
     if args.noise:
         x0 = read_image_batch(args.noise, model.image_shape, "noise file").to(dtype)
     else:
-        if model.calibrates(args.steps, args.method, args.final):
-            warn_temperature(model, tau)
         gen = torch.Generator().manual_seed(args.seed)
-        x0 = tau * torch.randn(args.n, *model.image_shape, generator=gen).to(dtype)
+        x0 = spec.noise(args.n, model.image_shape, gen).to(dtype)
     if args.dry_run:
         print(f"would sample {len(x0)} images from {args.run} (step {step}) into {args.out}")
         return 0
@@ -40,37 +36,25 @@ def run(args: argparse.Namespace) -> int:
     chunks = []
     with torch.no_grad():
         for part in x0.split(args.batch):
-            chunks.append(
-                model.sample(
-                    part,
-                    steps=args.steps,
-                    method=args.method,
-                    final=args.final,
-                    one_step=not args.multi_step,
-                    dtype=dtype,
-                    form=args.form,
-                )
-            )
+            chunks.append(model.sample(part, spec, one_step=not args.multi_step, form=args.form))
     x = torch.cat(chunks).float()
     seconds = time.perf_counter() - start
     out = Path(args.out)
     mode = "multi-step" if args.multi_step else "one-step"
-    calibrated = ""
-    if model.calibrates(args.steps, args.method, args.final):
-        calibrated = f", {model.calibration.describe()}"
+    meta = {"run": str(args.run), "step": step, "spec": spec.to_dict(), "mode": mode,
+            "noise": args.noise or f"seed {args.seed}", "n": len(x)}  # fmt: skip
     save_grid(x[:64].clamp(0, 1), out / "samples.png", nrow=8, scale=2)
-    atomic_write(out / "samples.npz", lambda tmp: _save_npz(tmp, x.numpy()))
-    print(
-        f"{len(x)} {mode} samples ({args.method}, T={args.steps}, final {args.final}, "
-        f"{args.dtype}{'' if args.noise else f', temperature {tau:g}'}{calibrated}) in "
-        f"{seconds:.1f} s -> {out / 'samples.npz'}, {out / 'samples.png'}"
-    )
+    atomic_write(out / "samples.npz", lambda tmp: _save_npz(tmp, x.numpy(), meta))
+    write_json(out / "samples.json", meta)
+    temp = "" if args.noise else f", temperature {spec.temperature:g}"
+    print(f"{len(x)} {mode} samples ({spec.describe()}{temp}) in {seconds:.1f} s -> "
+          f"{out / 'samples.npz'}, {out / 'samples.png'}")  # fmt: skip
     return 0
 
 
-def _save_npz(tmp: str, samples: np.ndarray) -> None:
-    with open(tmp, "wb") as fh:
-        np.savez(fh, samples=samples)
+def _save_npz(tmp: str, samples: np.ndarray, meta: dict) -> None:
+    with open(tmp, "wb") as fh:  # the spec rides along as a JSON string, never a pickle
+        np.savez(fh, samples=samples, meta=np.array(json.dumps(meta)))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -79,15 +63,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="generate images from a flow run",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_sampler_options(p, final="predict")
+    add_sampler_options(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--one-step", action="store_true", help="one matrix product (default)")
     mode.add_argument("--multi-step", action="store_true", help="run the solver step by step")
     p.add_argument("--n", type=int, default=64, help="number of samples")
     p.add_argument("--seed", type=int, default=0, help="seed of the noise")
-    p.add_argument("--temperature", type=float, default=None,
-                   help="std tau of the noise, x0 ~ N(0, tau^2 I) (default: the run's "
-                   "sample_temperature)")  # fmt: skip
     p.add_argument("--noise", default=None, help="start from this .npy of noise [N, C, H, W]")
     p.add_argument("--batch", type=int, default=256, help="samples per batch")
     p.set_defaults(func=run)

@@ -5,28 +5,28 @@ from __future__ import annotations
 
 import argparse
 
-from ..flow.solvers import METHODS
-from .flowargs import add_calibration_option, apply_calibration_option
+from .flowargs import add_spec_options, invertible_spec, load_spec_run
 
 
 def run(args: argparse.Namespace) -> int:
 
     from ..repro.runner import check_flow_run
     from ..repro.svd import induced_svd, render_svd
-    from ..training.runs import load_run, run_folder
+    from ..training.runs import run_folder
 
     check_flow_run(run_folder(args.run))
+    loaded, spec = load_spec_run(args)
+    spec = invertible_spec(spec)
     if args.dry_run:
-        print(f"would render the SVD of {args.run} ({args.method}, T={args.steps}, "
-              f"k={args.k}) into {args.out}")  # fmt: skip
+        print(f"would render the SVD of {args.run} ({spec.describe()}, k={args.k}) into "
+              f"{args.out}")  # fmt: skip
         return 0
-    loaded = load_run(args.run, expect="flow")
     model, step = loaded.model, loaded.step
-    apply_calibration_option(model, args)
-    result = induced_svd(model, steps=args.steps, method=args.method, k=args.k, seed=args.seed)
+    result = induced_svd(model, spec, k=args.k, seed=args.seed)
     paths = render_svd(result, args.out)
     top = ", ".join(f"{float(s):.4g}" for s in result.sigma[: min(args.k, 8)])
-    print(f"{args.run} (step {step}): B = {args.method} T={args.steps}, cond {result.cond:.4g}")
+    print(f"{args.run} (step {step}): B = {spec.describe()} (the run's sampler, last interval "
+          f"skipped), cond {result.cond:.4g}")  # fmt: skip
     print(f"top singular values: {top}")
     for path in paths.values():
         print(f"wrote {path}")
@@ -39,12 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     p.add_argument("run", help="flow run folder")
-    p.add_argument("--steps", type=int, default=100, help="T of the collapsed matrix B")
-    p.add_argument("--method", default="euler", choices=METHODS,
-                   help="solver whose one-step matrix is decomposed")  # fmt: skip
+    add_spec_options(p)
     p.add_argument("--k", type=int, default=16, help="singular directions to draw")
     p.add_argument("--seed", type=int, default=0, help="seed of the noise that sets the scales")
-    add_calibration_option(p)
+    p.add_argument("--no-ema", action="store_true", help="use the raw weights, not the EMA")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--dry-run", action="store_true", help="check the run and exit")
     p.set_defaults(func=run)

@@ -4,46 +4,41 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import sys
+import typing
 
 import torch
 
 from ..errors import LinearizerError
-from ..flow.solvers import METHODS
-from .common import parse_dtype
-
-# On every trained model we evaluated (docs/flow/ablation.md; all but one row whose samples had
-# collapsed), T = 1000 gave a lower FID (LeNet) than the authors' T = 100, and the jump to the
-# prediction on the last interval a lower one (or within 1); a sample costs the same for any T.
-# Commands that invert B keep "skip", which leaves B invertible.
-DEFAULT_STEPS = 1000
 
 
-def add_sampler_options(
-    p: argparse.ArgumentParser, steps: int = DEFAULT_STEPS, final: str = "skip"
-) -> None:
+def add_spec_options(p: argparse.ArgumentParser) -> None:
+    """One option per :class:`~linearizer.flow.spec.SamplerSpec` field, from its own help and
+    choices; an option left out takes the run's sampler (``sampler`` in its config.json:
+    ``SamplerSpec()``'s defaults unless the run records others)."""
+    from ..flow.spec import SamplerSpec
+
+    hints = typing.get_type_hints(SamplerSpec)
+    for f in dataclasses.fields(SamplerSpec):
+        tp = hints[f.name]
+        kind = {"steps": int, "temperature": float}.get(f.name, str)
+        choices = typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else None
+        p.add_argument(f"--{f.name}", type=kind, default=None, choices=choices,
+                       help=f"{f.metadata['help']} (default: the run's; {f.default!r} unless "
+                       "it records another)")  # fmt: skip
+
+
+def spec_from_args(args: argparse.Namespace, base):
+    """The run's spec ``base`` with the spec options the user gave."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(base)
+             if getattr(args, f.name, None) is not None}  # fmt: skip
+    return base.replace(**given)
+
+
+def add_sampler_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a flow run folder (trained, or converted from the authors')")
-    p.add_argument(
-        "--steps", type=int, default=steps, help="T: time grid of the sampler (authors: 100)"
-    )
-    p.add_argument(
-        "--method",
-        default="euler",
-        choices=METHODS,
-        help="solver (rk4-authors: the authors' first-order matrix)",
-    )
-    p.add_argument(
-        "--final",
-        default=final,
-        choices=["skip", "predict"],
-        help="last interval [1-1/T, 1]: skip it (authors) or jump to A's prediction",
-    )
-    p.add_argument(
-        "--dtype",
-        default="float64",
-        choices=["float32", "float64"],
-        help="precision of B and of the latent solver",
-    )
+    add_spec_options(p)
     p.add_argument(
         "--form",
         default="auto",
@@ -52,60 +47,69 @@ def add_sampler_options(
         "D >= 4096 and U, V are at most half of D x D)",
     )
     p.add_argument("--no-ema", action="store_true", help="use the raw weights, not the EMA")
-    add_calibration_option(p)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--dry-run", action="store_true", help="check the inputs and exit")
 
 
-def add_calibration_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--no-calibration", action="store_true",
-                   help="sample the trained map without the run's latent calibration (linearizer "
-                   "calibrate)")  # fmt: skip
-
-
-def apply_calibration_option(model, args: argparse.Namespace) -> None:
-    """``--no-calibration``: drop the latent calibration the run attached to ``model``."""
-    if args.no_calibration:
-        model.calibration = None
-
-
-def note_uncalibrated(run, args: argparse.Namespace) -> None:
-    """One line on stderr when the run holds a latent calibration, but not for the weights
-    loaded (training fits the EMA ones only): these sample without it."""
+def note_uncalibrated(run, spec) -> None:
+    """One line on stderr when the spec asks for post-hoc maps and the run holds them, but not
+    for the weights loaded (training fits the EMA ones only)."""
     from ..flow.calibration import calibration_info
 
-    if args.no_calibration or run.model.calibration is not None:
+    if spec.maps == "none" or run.model.calibration is not None:
         return
     info = calibration_info(run.path)
     names = {"ema": "EMA", "model": "raw"}
     if info and info.get("step") == run.step and run.weights not in info.get("sections", []):
-        print(f"note: the run's latent calibration was fitted for its "
-              f"{' and '.join(names.get(s, s) for s in info['sections'])} weights, not the "
-              f"{names.get(run.weights, run.weights)} ones; these sample without it (linearizer "
-              f"calibrate RUN fits both)", file=sys.stderr)  # fmt: skip
+        raise LinearizerError(
+            f"--maps {spec.maps}: the run's latent maps were fitted for its "
+            f"{' and '.join(names.get(s, s) for s in info['sections'])} weights, not the "
+            f"{names.get(run.weights, run.weights)} ones (linearizer calibrate RUN fits both)")
 
 
-def warn_temperature(model, tau: float) -> None:
-    """One line on stderr when the latent calibration was fitted on noise of another
-    temperature than the one sampled: it then matches other latents than it was fitted to."""
+def warn_temperature(model, spec) -> None:
+    """One line on stderr when the latent maps were fitted on noise of another temperature
+    than the one sampled: they then map other latents than they were fitted to."""
     cal = model.calibration
-    if cal is not None and cal.temperature is not None and abs(cal.temperature - tau) > 1e-9:
-        print(f"note: the latent calibration was fitted at temperature {cal.temperature:g}; "
-              f"sampling at {tau:g} (linearizer calibrate RUN --temperature {tau:g} refits it)",
-              file=sys.stderr)  # fmt: skip
+    if spec.maps == "none" or cal is None:
+        return
+    fitted = cal.sampler.temperature
+    if abs(fitted - spec.temperature) > 1e-9:
+        print(f"note: the latent maps were fitted at temperature {fitted:g}; sampling at "
+              f"{spec.temperature:g} (linearizer calibrate RUN --temperature "
+              f"{spec.temperature:g} refits them)", file=sys.stderr)  # fmt: skip
+
+
+def load_spec_run(args: argparse.Namespace, expect: str = "flow"):
+    """``(run, spec)``: the run of ``args.run`` (EMA weights unless ``--no-ema``) and the spec
+    its options ask for, checked against the maps the model holds."""
+    from ..training.runs import load_run
+
+    run = load_run(args.run, use_ema=not getattr(args, "no_ema", False), expect=expect)
+    spec = spec_from_args(args, run.config.sampler)
+    note_uncalibrated(run, spec)
+    run.model.maps(spec)
+    warn_temperature(run.model, spec)
+    return run, spec
+
+
+def invertible_spec(spec):
+    """The spec a command that inverts B uses: ``spec`` with the last interval skipped (B is
+    then invertible); the transport's inverse is not part of these commands' B."""
+    if spec.maps == "transport":
+        raise LinearizerError("this command inverts K B; it does not apply the transport's "
+                              "inverse: use --maps none or --maps calibration")  # fmt: skip
+    return spec.invertible()
 
 
 def load_model(args: argparse.Namespace):
-    from ..training.runs import load_run
-
-    run = load_run(args.run, use_ema=not args.no_ema, expect="flow")
-    model, cfg, step = run.model, run.config, run.step
-    note_uncalibrated(run, args)
-    apply_calibration_option(model, args)
-    dtype = parse_dtype(args.dtype)
-    if dtype == torch.float64:  # end to end: networks too, so nothing rounds to float32
+    """``(model, cfg, step, spec)`` for a command over a flow run; with ``spec.dtype``
+    float64 the networks run in float64 too, so nothing rounds to float32."""
+    run, spec = load_spec_run(args)
+    model = run.model
+    if spec.torch_dtype == torch.float64:
         model = copy.deepcopy(model).double()
-    return model, cfg, step, dtype
+    return model, run.config, run.step, spec
 
 
 def read_images(path: str, shape: tuple[int, ...]) -> torch.Tensor:

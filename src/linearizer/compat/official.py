@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from .. import __version__
 from ..errors import LinearizerError
 from ..flow.config import PAPER, FlowConfig
+from ..flow.spec import AUTHORS
 from ..invertible.unet import PaperUNet, paper_network
 from ..io import read_json, write_json
 from ..operators.lora import TimeLoRA
@@ -513,8 +514,9 @@ def _config_and_notes(
         "v_scale": 1.0,
         "noise_level": a.get("noise_level", 0.3),
         "perceptual": "auto",
-        "sample_method": method,
-        "sample_steps": a.get("steps", 1000),
+        # their test script's sampler (one step, T = 100, last interval skipped, tau = 1), with
+        # the solver their args name: `linearizer sample RUN` with no flags reproduces them
+        "sampler": AUTHORS.replace(method=method).to_dict(),
         "batch_size": a.get("batch_size", 256),
         "lr": a.get("lr", 1e-4),
     }

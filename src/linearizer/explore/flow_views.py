@@ -25,6 +25,7 @@ from torch import Tensor
 from ..errors import LinearizerError
 from ..flow.inversion import interpolate, round_trip
 from ..flow.model import DATA, NOISE, OneStepFlow
+from ..flow.spec import SamplerSpec, sample_spec
 from .images import noise_picture, picture, to_model_image
 
 F64 = torch.float64
@@ -47,28 +48,27 @@ def _noise(seed: int, count: int, shape: tuple[int, ...], like: Tensor) -> Tenso
 class FlowViews:
     """Handlers of the Generate, Walk and Invert & edit tabs over one :class:`OneStepFlow`.
 
-    ``k`` singular directions are offered as sliders; ``steps``/``method`` fix the B that the
-    walk and the inversion use (default: the run's sampling settings); noise is drawn at
-    ``temperature`` (the run's ``sample_temperature``).
+    ``k`` singular directions are offered as sliders; ``spec`` (default: the run's sampler)
+    is the sampler of Generate, and with its last interval skipped (invertible) the B that the
+    walk and the inversion use; noise is drawn at its temperature.
     """
 
     def __init__(
         self,
         model: OneStepFlow,
+        spec: SamplerSpec | None = None,
         *,
-        steps: int = 100,
-        method: str = "euler",
         k: int = 6,
         n_scale: int = 256,
-        temperature: float = 1.0,
     ) -> None:
         self.model = model
-        self.temperature = float(temperature)
+        self.spec = sample_spec(spec, dtype="float64")
+        self.walk_spec = self.spec.invertible()
         self.shape = model.image_shape
-        self.steps, self.method = int(steps), str(method)
+        self.steps, self.method = self.spec.steps, self.spec.method
         self.param = next(model.parameters())
         with torch.no_grad():
-            self.b = model.one_step_matrix(steps=self.steps, method=self.method, dtype=F64)
+            self.b = model.one_step_matrix(self.walk_spec)
             u, s, vh = torch.linalg.svd(self.b)
             self.k = max(1, min(int(k), model.dim))
             self.sigma = s
@@ -78,7 +78,7 @@ class FlowViews:
 
     # -- helpers -----------------------------------------------------------------------------
     def _x0(self, seed: int, count: int) -> Tensor:
-        return self.temperature * _noise(seed, count, self.shape, self.param)
+        return self.spec.temperature * _noise(seed, count, self.shape, self.param)
 
     def _encode_noise(self, x0: Tensor) -> Tensor:
         return self.model.encode(x0, NOISE).to(F64)
@@ -107,20 +107,22 @@ class FlowViews:
         """One-step (``x = g_data^-1(B g_noise(x0))``) and multi-step samples of the same noise,
         their PSNR and the time each took."""
         steps, method, count = self._check(steps, method, count)
+        spec = self.spec.replace(steps=steps, method=method)
         x0 = self._x0(seed, count)
         t0 = time.perf_counter()
-        cached = (steps, method, "skip", F64) in self.model._cache
-        self.model.one_step_matrix(steps=steps, method=method, dtype=F64)
+        cached = self.model.is_cached(spec)
+        self.model.one_step_matrix(spec)
         t1 = time.perf_counter()
-        one = self.model.sample(x0, steps=steps, method=method, dtype=F64)
+        one = self.model.sample(x0, spec)
         t2 = time.perf_counter()
-        multi = self.model.sample(x0, steps=steps, method=method, dtype=F64, one_step=False)
+        multi = self.model.sample(x0, spec, one_step=False)
         t3 = time.perf_counter()
         psnr = _psnr(one, multi)
         gap = float((one - multi).abs().max())
         collapse = "cached" if cached else f"collapsed in {1e3 * (t1 - t0):.0f} ms, now cached"
         text = (
-            f"**{method} T={steps}**, {count} samples, seed {seed}. One step (B {collapse}): "
+            f"**{spec.describe()}**, temperature {spec.temperature:g}, {count} samples, "
+            f"seed {seed}. One step (B {collapse}): "
             f"{1e3 * (t2 - t1):.1f} ms; multi-step ({steps} steps): {1e3 * (t3 - t2):.1f} ms. "
             f"One-step vs multi-step: PSNR {'∞' if math.isinf(psnr) else f'{psnr:.1f}'} dB, "
             f"max |difference| {gap:.1e} (float64 latents; equal up to rounding)."
@@ -170,7 +172,7 @@ class FlowViews:
         x0, again = round_trip(self.model, x1, self.b)
         err = float((again - x1).abs().max())
         text = (
-            f"noise x0 = g_noise^-1(B^-1 g_data(x)) with B = {self.method} T={self.steps}: "
+            f"noise x0 = g_noise^-1(B^-1 g_data(x)) with B = {self.walk_spec.describe()}: "
             f"mean {float(x0.mean()):+.2f}, std {float(x0.std()):.2f}. "
             f"max |f(x0) − x| = {err:.1e} (exact up to rounding)."
         )

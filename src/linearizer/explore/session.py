@@ -35,8 +35,7 @@ class Explorer:
         run: Any,
         *,
         k: int = 6,
-        steps: int | None = None,
-        method: str | None = None,
+        spec: Any = None,
         index: Any = None,
     ) -> None:
         self.run = run
@@ -46,13 +45,7 @@ class Explorer:
         self.style: StyleViews | None = None
         cfg, model = run.config, run.model
         if self.kind == "flow":
-            self.flow = FlowViews(
-                model,
-                steps=steps or getattr(cfg, "sample_steps", 100),
-                method=method or getattr(cfg, "sample_method", "euler"),
-                temperature=getattr(cfg, "sample_temperature", 1.0),
-                k=k,
-            )
+            self.flow = FlowViews(model, spec or cfg.sampler, k=k)
         elif self.kind in ("projective", "ign"):
             size = _img_size(cfg)
             self.projective = ProjectiveViews(model, (_channels(model), size, size))

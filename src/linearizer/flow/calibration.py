@@ -25,8 +25,10 @@ prediction), one-step and multi-step alike; a run keeps it in ``RUN/calibration.
 >>> import torch
 >>> from linearizer.flow.build import build_flow
 >>> from linearizer.flow.config import SMOKE
+>>> from linearizer.flow.spec import SamplerSpec
 >>> model = build_flow(SMOKE, channels=1).double()
->>> cal = fit_calibration(model, torch.rand(256, 1, 8, 8), n=256, steps=10)
+>>> cal = fit_calibration(model, torch.rand(256, 1, 8, 8), n=256,
+...                       sampler=SamplerSpec(steps=10))
 >>> cal.basis.shape, cal.core.shape
 (torch.Size([64, 2]), torch.Size([2, 2]))
 >>> bool(torch.allclose(cal.core, cal.core.T))
@@ -35,7 +37,7 @@ True
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,8 @@ from torch import Tensor, nn
 
 from ..errors import LinearizerError
 from ..io import load_tensors, read_json, save_tensors, write_json
-from . import factored, solvers
+from . import factored
+from .spec import SamplerSpec
 from .transport import LatentTransport, TransportOptions, VectorFlow, fit_transport
 
 F64 = torch.float64
@@ -54,14 +57,11 @@ FORMAT = "linearizer.calibration/1"
 
 @dataclass(frozen=True)
 class FitOptions:
-    """What a calibration was fitted on: ``n`` noise draws at temperature ``temperature`` and
-    ``n`` training images (or all, if fewer), through the sampler ``steps``/``method``/``final``."""
+    """What a calibration is fitted on: ``n`` noise draws from ``sampler`` (its schedule and
+    temperature) and ``n`` training images (or all, if fewer)."""
 
+    sampler: SamplerSpec = field(default_factory=SamplerSpec)
     n: int = 10_000
-    steps: int = 1000
-    method: str = "euler"
-    final: str = "predict"
-    temperature: float = 1.0
     seed: int = 0
     batch: int = 1000
     transport_steps: int = 0
@@ -71,9 +71,14 @@ class FitOptions:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> FitOptions:
-        """The options a ``calibration.json`` records; a record without ``transport_mixing``
-        predates the transport's :class:`~linearizer.flow.transport.Mixing` layers."""
-        return cls(**{"transport_mixing": False, **record})
+        """The options a ``calibration.json`` records. A record without ``transport_mixing``
+        predates the transport's :class:`~linearizer.flow.transport.Mixing` layers; one with
+        flat ``steps``/``method``/``final``/``temperature`` predates :class:`SamplerSpec`."""
+        record = {"transport_mixing": False, **record}
+        flat = {k: record.pop(k) for k in ("steps", "method", "final", "temperature")
+                if k in record}  # fmt: skip
+        sampler = SamplerSpec.from_dict({**record.pop("sampler", {}), **flat})
+        return cls(sampler=sampler, **record)
 
     def transport(self) -> TransportOptions | None:
         """The latent transport's options (:mod:`linearizer.flow.transport`); None: no transport."""
@@ -87,23 +92,19 @@ class FitOptions:
 @dataclass(frozen=True)
 class LatentCalibration:
     """``K = I + Q (M - I) Q^T``: ``basis`` Q ``[D, k]`` orthonormal, ``core`` M ``[k, k]``
-    symmetric positive definite (float64), fitted for the sampler ``steps``/``method``/``final``;
-    ``transport``: an optional :class:`~linearizer.flow.transport.LatentTransport` applied after
-    K (the samples' shape, not only their covariance).
+    symmetric positive definite (float64), fitted for ``sampler`` (its schedule and noise
+    temperature); ``transport``: an optional :class:`~linearizer.flow.transport.LatentTransport`
+    applied after K (the samples' shape, not only their covariance).
 
-    K belongs to that sampler: its B decides where the samples lie, and the directions K
-    stretches most are those B nearly discards. Other samplers (the authors' ``T = 100``
-    grid, the invertible ``final="skip"`` matrices of ``invert``) run without it
-    (:meth:`applies_to`).
+    K belongs to that sampler's schedule: its B decides where the samples lie, and the
+    directions K stretches most are those B nearly discards. A spec that asks for the maps with
+    another schedule is refused (:meth:`check_spec`).
     """
 
     basis: Tensor
     core: Tensor
-    steps: int = 1000
-    method: str = "euler"
-    final: str = "predict"
+    sampler: SamplerSpec = field(default_factory=SamplerSpec)
     transport: LatentTransport | None = None
-    temperature: float | None = None  # of the noise it was fitted on (None: not recorded)
 
     def __post_init__(self) -> None:
         q, m = self.basis, self.core
@@ -125,9 +126,24 @@ class LatentCalibration:
         """What the sampler applies: ``latent calibration`` (K) or ``... and transport``."""
         return "latent calibration" + ("" if self.transport is None else " and transport")
 
-    def applies_to(self, steps: int, method: str, final: str) -> bool:
-        """Whether this is the sampler K was fitted for."""
-        return (int(steps), method, final) == (self.steps, self.method, self.final)
+    def applies_to(self, spec: SamplerSpec) -> bool:
+        """Whether ``spec`` has the schedule K was fitted for."""
+        return spec.schedule == self.sampler.schedule
+
+    def check_spec(self, spec: SamplerSpec) -> None:
+        """One line when ``spec`` asks for maps this calibration cannot give."""
+        fitted = self.sampler
+        if not self.applies_to(spec):
+            raise LinearizerError(
+                f"the latent maps were fitted for {fitted.method} T = {fitted.steps}, final "
+                f"{fitted.final}, not {spec.method} T = {spec.steps}, final {spec.final}: "
+                f"sample with those settings, --maps none, or refit (linearizer calibrate RUN "
+                f"--steps {spec.steps} --method {spec.method} --final {spec.final})"
+            )
+        if spec.maps == "transport" and self.transport is None:
+            raise LinearizerError("the run's latent calibration has no transport: --maps "
+                                  "calibration, or refit with linearizer calibrate RUN "
+                                  "--transport-steps N")  # fmt: skip
 
     def _parts(self, like: Tensor) -> tuple[Tensor, Tensor]:
         q = self.basis.to(like.dtype).to(like.device)
@@ -209,14 +225,14 @@ def fit_calibration(
     opts = opts or FitOptions(**kw)
     if opts.n < 2:
         raise LinearizerError(f"calibration needs n >= 2 samples, got {opts.n}")
-    solvers.check_schedule(opts.steps, opts.method, opts.final)
+    spec = opts.sampler
     model.check_images(images[:1], "training images")
     param = next(model.parameters())
-    b = factored.one_step(model.op, steps=opts.steps, method=opts.method, final=opts.final,
+    b = factored.one_step(model.op, steps=spec.steps, method=spec.method, final=spec.final,
                           dtype=F64)  # fmt: skip
     q = _range_basis(b, int(getattr(model.op, "rank", model.dim)))
     gen = torch.Generator().manual_seed(opts.seed)
-    noise = opts.temperature * torch.randn(opts.n, *model.image_shape, generator=gen)
+    noise = spec.temperature * torch.randn(opts.n, *model.image_shape, generator=gen)
     pick = torch.randperm(len(images), generator=gen)[: opts.n]
 
     def coords(x: Tensor, flag: float, through_b: bool) -> Tensor:
@@ -235,8 +251,7 @@ def fit_calibration(
     if everything is not None:
         transport = fit_transport(q.cpu(), (samples @ core).cpu(), everything.cpu(),
                                   opts.transport())  # fmt: skip
-    return LatentCalibration(q.cpu(), core.cpu(), opts.steps, opts.method, opts.final,
-                             transport, opts.temperature)  # fmt: skip
+    return LatentCalibration(q.cpu(), core.cpu(), _fitted_for(spec), transport)
 
 
 # --- in a run folder ------------------------------------------------------------------------
@@ -315,8 +330,14 @@ def from_tensors(tensors: dict[str, Tensor], prefix: str, fit: FitOptions) -> La
             raise LinearizerError(f"the stored latent transport does not match its options: "
                                   f"{str(e).strip().splitlines()[0]}") from None  # fmt: skip
         transport.requires_grad_(False).eval()
-    return LatentCalibration(basis, core, fit.steps, fit.method, fit.final, transport,
-                             fit.temperature)  # fmt: skip
+    return LatentCalibration(basis, core, _fitted_for(fit.sampler), transport)
+
+
+def _fitted_for(spec: SamplerSpec) -> SamplerSpec:
+    """What a calibration records of the spec it was fitted with: its schedule and
+    temperature (the dtype and the maps asked for are the caller's)."""
+    return SamplerSpec(steps=spec.steps, method=spec.method, final=spec.final,
+                       temperature=spec.temperature)  # fmt: skip
 
 
 def calibration_info(run_dir: str | Path) -> dict[str, Any] | None:

@@ -24,12 +24,16 @@ from ..data.config import DataConfig
 from ..errors import LinearizerError
 from ..invertible.factory import NetworkConfig
 from ..training.config import TrainConfig, apply_overrides, option, register_preset
-from .temperature import check_temperature
+from .spec import SamplerSpec
 
 
 @dataclass
 class FlowConfig(TrainConfig):
     """One-step flow matching: data, networks, objective, sampling and training settings."""
+
+    RENAMED = {**TrainConfig.RENAMED, "sample_temperature": "sampler.temperature"}
+    # The training grids' T and solver: the grids now use the run's sampler.
+    RETIRED = frozenset({"sample_steps", "sample_method"})
 
     data: DataConfig = option(DataConfig(), "training images")
     network: NetworkConfig = option(NetworkConfig(), "the invertible network g")
@@ -54,21 +58,16 @@ class FlowConfig(TrainConfig):
         "distinct times t per batch, each shared by a run of rows (0: one per row, authors); "
         "A(t)'s factors are then built this many times per step, so a large rank costs little",
     )
-    sample_steps: int = option(100, "T of the sampler used for grids during training")
-    sample_method: Literal["euler", "rk4", "rk4-authors"] = option(
-        "euler", "sampler used for grids during training"
+    sampler: SamplerSpec = option(
+        SamplerSpec(), "the run's sampler: linearizer sample, evaluate, invert, explore and the "
+        "training grids use it unless told otherwise (flow.spec)"
     )
     n_samples: int = option(64, "images in the sample grids saved during training")
-    sample_temperature: float = option(
-        1.0,
-        "std tau of the noise the samplers draw, x0 ~ N(0, tau^2 I) (Glow's temperature): "
-        "training grids, linearizer sample, evaluate and explore draw at it",
-    )
 
     calibration_samples: int = option(
         0,
         "fit the latent calibration (flow.calibration) on this many noise draws and training "
-        "images when training ends, for the default sampler at sample_temperature (0: none)",
+        "images when training ends, for the run's sampler (0: none)",
     )
     transport_steps: int = option(
         0,
@@ -82,7 +81,7 @@ class FlowConfig(TrainConfig):
         size = self.network.img_size
         if size % 2 or size < 4:
             raise LinearizerError(f"img_size must be even and >= 4, got {size}")
-        for name in ("rank", "lora_hidden", "lora_depth", "sample_steps"):
+        for name in ("rank", "lora_hidden", "lora_depth"):
             if getattr(self, name) < 1:
                 raise LinearizerError(f"config key '{name}' must be >= 1")
         if self.time_groups < 0:
@@ -99,7 +98,6 @@ class FlowConfig(TrainConfig):
             )
         if self.lora_basis < 0:
             raise LinearizerError(f"config key 'lora_basis' must be >= 0, got {self.lora_basis}")
-        check_temperature(self.sample_temperature, "config key 'sample_temperature'")
 
 
 SMOKE = FlowConfig(
@@ -116,7 +114,7 @@ SMOKE = FlowConfig(
     log_every=1,
     ema_decay=0.9,
     ema_warmup=2,
-    sample_steps=10,
+    sampler=SamplerSpec(steps=10),
     n_samples=16,
     threads=1,
 )
@@ -185,8 +183,6 @@ PAPER = FlowConfig(
     ckpt_every=2350,
     log_every=50,
     eval_every=2350,
-    sample_steps=1000,
-    sample_method="rk4",
 )
 
 # The authors' CelebA run differs from their MNIST one only in data, image size, attention level,
@@ -202,7 +198,7 @@ CELEBA = apply_overrides(
         "ckpt_every=10000",
         "log_every=100",
         "eval_every=10000",
-        "sample_steps=100",
+        "sampler.steps=100",
     ],
 )
 

@@ -1,7 +1,7 @@
 """Sample quality of a one-step flow model: FID/KID (LeNet), precision/recall, LeNet confidence.
 
 :func:`evaluate_flow` draws ``n`` one-step samples per sampler (the same noise for every
-sampler, ``x0 ~ N(0, tau^2 I)`` at ``EvalOptions.temperature``), decodes them, and measures
+sampler, ``x0 ~ N(0, tau^2 I)`` at the first row's temperature), decodes them, and measures
 them against the reference images (the run's test split: the 10,000 MNIST test images) on the
 84-d features of our MNIST classifier (:mod:`linearizer.metrics.classifier`):
 
@@ -9,16 +9,17 @@ them against the reference images (the run's test split: the 10,000 MNIST test i
 * improved precision and recall, ``k = 3`` (:mod:`linearizer.metrics.precision_recall`),
 * LeNet mean confidence (mean max-softmax), entropy and the histogram of predicted classes.
 
-A sampler that the model's latent calibration was fitted for (:mod:`linearizer.flow.calibration`)
-applies it; its row says so (``calibrated``).
+Every row names its full :class:`~linearizer.flow.spec.SamplerSpec`. The trained map alone (the
+paper's method) is always the first row; rows with the post-hoc latent maps
+(:mod:`linearizer.flow.calibration`) come only when the spec asks for them, after it.
 
 Reference rows put the numbers in scale: ``n`` random training images (the best a generator
 can do) and ``n`` uniform-noise images (about the worst). Samples are clamped to [0, 1] before
 the classifier sees them, as in every grid. Nothing here depends on the CLI; the command
 ``linearizer evaluate`` (``cli/cmd_evaluate.py``) adds loading and writing.
 
->>> [s.name for s in default_samplers()]
-['T100', 'T100-predict', 'T1000', 'T1000-predict']
+>>> [name for name, _ in default_rows(SamplerSpec(maps="transport"))]
+['method', 'authors-grid', 'calibration', 'transport']
 """
 
 from __future__ import annotations
@@ -39,31 +40,23 @@ from ..metrics import classifier_stats, fid_from_features, kid_from_features, le
 from ..metrics.classifier import LeNet, load_classifier
 from ..metrics.precision_recall import coverage_share, knn_radii
 from .model import OneStepFlow
-from .solvers import check_schedule
-from .temperature import check_temperature
+from .spec import SamplerSpec
+
+Row = tuple[str, SamplerSpec]
 
 
-@dataclass(frozen=True)
-class Sampler:
-    """One sampling setting: ``T`` steps of ``method``, last interval ``final`` (skip/predict)."""
-
-    name: str
-    steps: int = 100
-    method: str = "euler"
-    final: str = "skip"
-
-    def describe(self) -> str:
-        return f"one-step, {self.method}, T = {self.steps}, final {self.final}"
-
-
-def default_samplers(steps: int = 100, long_steps: int = 1000, method: str = "euler"):
-    """The four rows of every evaluation: T and a long T, each with the last interval skipped
-    (the authors' grid) and replaced by the jump to the prediction (``final="predict"``)."""
-    return [
-        Sampler(f"T{t}{suffix}", t, method, final)
-        for t in (steps, long_steps)
-        for suffix, final in (("", "skip"), ("-predict", "predict"))
-    ]
+def default_rows(spec: SamplerSpec) -> list[Row]:
+    """The rows of every evaluation: ``spec``'s sampler with the trained map alone, the
+    authors' grid (T = 100, last interval skipped) and, when ``spec`` asks for post-hoc maps,
+    the calibration K and then K with the transport, each beside the method alone."""
+    rows = [("method", spec.replace(maps="none"))]
+    if spec.schedule != (100, spec.method, "skip"):
+        rows.append(("authors-grid", spec.replace(steps=100, final="skip", maps="none")))
+    if spec.maps != "none":
+        rows.append(("calibration", spec.replace(maps="calibration")))
+    if spec.maps == "transport":
+        rows.append(("transport", spec))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -76,11 +69,8 @@ class EvalOptions:
     k: int = 3
     kid_subsets: int = 50
     references: bool = True
-    dtype: torch.dtype = torch.float64
-    temperature: float = 1.0
 
     def check(self) -> None:
-        check_temperature(self.temperature)
         if self.n < max(self.k + 1, 2):
             raise LinearizerError(f"--n must be at least {max(self.k + 1, 2)}, got {self.n}")
         if self.batch < 1 or self.k < 1 or self.kid_subsets < 1:
@@ -136,23 +126,16 @@ class Reference:
 def draw_samples(
     model: OneStepFlow,
     noise: Tensor,
-    sampler: Sampler,
+    spec: SamplerSpec,
     opts: EvalOptions,
     progress: Progress | None = None,
 ) -> Tensor:
     """Decode ``noise`` through the collapsed sampler, batch by batch (float32 images, CPU)."""
-    check_schedule(sampler.steps, sampler.method, sampler.final)
     param = next(model.parameters())
     out = []
     with torch.no_grad():
         for part in noise.split(opts.batch):
-            x = model.sample(
-                part.to(param.device, param.dtype),
-                steps=sampler.steps,
-                method=sampler.method,
-                final=sampler.final,
-                dtype=opts.dtype,
-            )
+            x = model.sample(part.to(param.device, param.dtype), spec)
             out.append(x.float().cpu())
             if progress:
                 progress(len(part))
@@ -162,7 +145,7 @@ def draw_samples(
 def evaluate_flow(
     model: OneStepFlow,
     reference: Tensor,
-    samplers: Iterable[Sampler] | None = None,
+    rows: Iterable[Row] | None = None,
     opts: EvalOptions | None = None,
     train_images: Tensor | None = None,
     classifier: LeNet | None = None,
@@ -170,30 +153,32 @@ def evaluate_flow(
 ) -> tuple[dict, dict[str, Tensor]]:
     """Measure ``model``'s samples against ``reference`` images.
 
-    Returns ``(results, samples)``: ``results["rows"]`` holds one dict per sampler (and the
-    reference rows ``train images`` / ``uniform noise`` when ``opts.references`` and
+    ``rows``: ``(name, spec)`` pairs (default :func:`default_rows` of :class:`SamplerSpec`);
+    every row draws the same noise, at the first row's temperature. Returns
+    ``(results, samples)``: ``results["rows"]`` holds one dict per sampler, with its full spec
+    (and the reference rows ``train images`` / ``uniform noise`` when ``opts.references`` and
     ``train_images`` is given for the first), ``samples`` the first 64 images of each sampler.
     """
     opts = opts or EvalOptions()
     opts.check()
-    samplers = list(samplers or default_samplers())
+    rows = list(rows or default_rows(SamplerSpec()))
     classifier = classifier or load_classifier()
     if len(reference) < max(opts.k + 1, 2):
         raise LinearizerError(f"the reference set needs more than {opts.k} images")
     ref = Reference(reference, classifier, opts)
+    for _, spec in rows:
+        model.maps(spec)  # refuse a row the model cannot sample before any work
     gen = torch.Generator().manual_seed(opts.seed)
-    noise = opts.temperature * torch.randn(opts.n, *model.image_shape, generator=gen)
-    rows, keep = [], {}
-    for sampler in samplers:
+    noise = rows[0][1].noise(opts.n, model.image_shape, gen)
+    measured, keep = [], {}
+    for name, spec in rows:
         start = time.perf_counter()
-        images = draw_samples(model, noise, sampler, opts, progress)
+        images = draw_samples(model, noise, spec, opts, progress)
         seconds = time.perf_counter() - start
-        calibrated = model.calibrates(sampler.steps, sampler.method, sampler.final)
-        what = sampler.describe() + (f", {model.calibration.describe()}" if calibrated else "")
-        rows.append({"name": sampler.name, "what": what, **asdict(sampler),
-                     "calibrated": calibrated, "sample_seconds": seconds,
-                     **ref.measure(images)})  # fmt: skip
-        keep[sampler.name] = images[:64]
+        measured.append({"name": name, "what": spec.describe(), "spec": spec.to_dict(),
+                         "sample_seconds": seconds, **ref.measure(images)})  # fmt: skip
+        keep[name] = images[:64]
+    rows = measured
     if opts.references:
         if train_images is not None:
             pick = torch.randperm(len(train_images), generator=gen)[: opts.n]
@@ -207,7 +192,7 @@ def evaluate_flow(
         "n": opts.n,
         "reference_images": len(reference),
         "reference_confidence": reference_stats["mean_max_prob"],
-        "options": {k: str(v) if k == "dtype" else v for k, v in asdict(opts).items()},
+        "options": asdict(opts),
         "rows": rows,
     }
     return results, keep

@@ -21,6 +21,7 @@ from ..operators.base import LinearOperator
 from ..operators.dense import Dense
 from . import factored, solvers
 from .calibration import LatentCalibration
+from .spec import SamplerSpec, sample_spec
 
 DATA, NOISE = 1.0, 0.0
 
@@ -31,13 +32,16 @@ class OneStepFlow(ImageModel):
     ``memory_saving``: back-propagate through ``net`` by recomputing its activations from its
     exact inverse (:mod:`linearizer.invertible.memsave`) instead of storing them.
 
-    The sampler's generator is a :class:`Linearizer`: ``model.generator(steps=100).svd(8)``,
-    ``.pinv(x)`` and the rest of its algebra apply to ``g_data^-1(B g_noise(.))`` directly.
+    Every sampling method takes a :class:`~linearizer.flow.spec.SamplerSpec` (or its fields
+    as keywords). The sampler's generator is a :class:`Linearizer`:
+    ``model.generator(steps=100).svd(8)``, ``.pinv(x)`` and the rest of its algebra apply to
+    ``g_data^-1(B g_noise(.))`` directly.
 
-    ``calibration``: an optional :class:`~linearizer.flow.calibration.LatentCalibration` K that
-    the sampler it was fitted for applies after B (``z1 = K B z0``), and its latent transport
-    tau, if any, before decoding (``x1 = g_data^-1(tau(K B z0))``: the data side's network of
-    that sampler is ``tau^-1 o g_data``); ``None`` samples the trained map as is.
+    ``calibration``: an optional :class:`~linearizer.flow.calibration.LatentCalibration` K
+    (and latent transport tau) fitted after training; a spec with ``maps="calibration"``
+    applies K after B (``z1 = K B z0``), one with ``maps="transport"`` also tau before
+    decoding (``x1 = g_data^-1(tau(K B z0))``: the data side's network is then
+    ``tau^-1 o g_data``). The default spec samples the trained map alone.
     """
 
     def __init__(self, net: nn.Module, op: LinearOperator, image_shape: tuple[int, int, int]):
@@ -65,19 +69,17 @@ class OneStepFlow(ImageModel):
         self._calibration = cal
         self._cache.clear()  # every cached B was built with the former K
 
-    def calibrates(self, steps: int, method: str, final: str) -> bool:
-        """Whether this sampler applies the model's calibration K (the one it was fitted for)."""
+    def maps(self, spec: SamplerSpec) -> tuple[LatentCalibration | None, nn.Module | None]:
+        """``(K, tau)`` that ``spec`` applies after B (``None`` for each it leaves out);
+        one line when it asks for maps the model does not hold for its schedule."""
+        if spec.maps == "none":
+            return None, None
         cal = self._calibration
-        return cal is not None and cal.applies_to(steps, method, final)
-
-    def _with_k(self, b, steps: int, method: str, final: str):
-        """``K B`` (dense or factored) when K belongs to this sampler, else ``b``."""
-        return self._calibration.compose(b) if self.calibrates(steps, method, final) else b
-
-    def _transport(self, steps: int, method: str, final: str) -> nn.Module | None:
-        if not self.calibrates(steps, method, final):
-            return None
-        return self._calibration.transport
+        if cal is None:
+            raise LinearizerError(f"--maps {spec.maps}: the model holds no latent calibration "
+                                  f"(linearizer calibrate RUN fits one)")  # fmt: skip
+        cal.check_spec(spec)
+        return cal, (cal.transport if spec.maps == "transport" else None)
 
     # --- the two induced spaces -------------------------------------------------------------
     @property
@@ -98,30 +100,25 @@ class OneStepFlow(ImageModel):
         """Images ``G^-1(z, flag)`` of latents ``[B, D]``."""
         return self.decode_at(z, flag)
 
-    def generator(
-        self,
-        steps: int = 100,
-        method: str = "euler",
-        final: str = "skip",
-        *,
-        dtype: torch.dtype | None = None,
-    ) -> Linearizer:
-        """The one-step generator ``f = g_data^-1(B g_noise(.))`` as a :class:`Linearizer`.
+    def generator(self, spec: SamplerSpec | None = None, **changes: Any) -> Linearizer:
+        """The one-step generator ``f = g_data^-1(B g_noise(.))`` of ``spec`` (default
+        :class:`SamplerSpec`, ``changes`` applied) as a :class:`Linearizer`.
 
-        ``B`` is the collapsed sampler (:meth:`one_step_matrix`, computed in float64 and cached),
-        held in ``dtype`` (default: the model's), so ``f(x0)`` is :meth:`sample` and
-        ``f.svd(k)`` / ``f.pinv(x1)`` are its induced SVD and inverse. Cached per setting until
-        the operator's weights change.
+        ``B`` is the collapsed sampler (:meth:`one_step_matrix`, built in float64 and cached)
+        held and applied in ``spec.dtype``, so ``f(x0)`` is :meth:`sample` and ``f.svd(k)`` /
+        ``f.pinv(x1)`` are its induced SVD and inverse. With ``spec.maps="transport"`` the data
+        side is ``tau^-1 o g_data``. Cached per spec until the operator's weights change.
         """
-        dtype = dtype or next(self.parameters()).dtype
-        key = ("generator", steps, method, final, dtype)
+        spec = sample_spec(spec, **changes)
+        dtype = spec.torch_dtype
+        key = ("generator", spec)
         version = _weights_version(self.op)
         hit = self._cache.get(key)
         if hit is not None and hit[0] == version:
             return hit[1]
-        b = self.one_step_matrix(steps=steps, method=method, final=final, dtype=torch.float64)
+        b = self.one_step_matrix(spec.replace(dtype="float64"))
         op = Dense(b.to(dtype), trainable=False)
-        tau = self._transport(steps, method, final)
+        tau = self.maps(spec)[1]
         if tau is None:
             f = self.linearizer_of(op, NOISE, DATA)
         else:
@@ -136,34 +133,31 @@ class OneStepFlow(ImageModel):
     def sample(
         self,
         x0: Tensor,
+        spec: SamplerSpec | None = None,
         *,
-        steps: int = 100,
-        method: str = "euler",
-        final: str = "skip",
         one_step: bool = True,
-        dtype: torch.dtype | None = None,
         callback: solvers.Callback | None = None,
         form: str = "auto",
+        **changes: Any,
     ) -> Tensor:
-        """Images from noise ``x0``: one matrix product (``one_step``) or the multi-step solver.
+        """Images from noise ``x0`` by ``spec`` (default :class:`SamplerSpec`, ``changes``
+        applied): one matrix product (``one_step``) or the multi-step solver.
 
-        Both share this signature and agree to rounding. ``dtype`` is the latent working precision;
-        ``form`` the one-step matrix's (:func:`one_step_operator`).
-        Runs without autograd (as samplers do); differentiate through ``encode``/``decode`` and
-        ``solvers.integrate`` directly if you need gradients.
+        Both agree to rounding. ``spec.dtype`` is the latent working precision; ``form`` the
+        one-step matrix's (:meth:`one_step_operator`). ``x0`` is used as given: the spec's
+        temperature is for callers that draw it (:meth:`~linearizer.flow.spec.SamplerSpec.noise`).
+        Runs without autograd (as samplers do); differentiate through ``encode``/``decode``
+        and ``solvers.integrate`` directly if you need gradients.
         """
+        spec = sample_spec(spec, **changes)
         self.check_images(x0, "noise")
         z0 = self.encode(x0, NOISE)
-        work = dtype or z0.dtype
+        work = z0.to(spec.torch_dtype)
         if one_step:
-            b = self.one_step_operator(
-                steps=steps, method=method, final=final, dtype=work, form=form
-            )
-            z1 = factored.apply_rows(b, z0.to(work))
+            z1 = factored.apply_rows(self.one_step_operator(spec, form=form), work)
         else:
-            z1 = self.integrate(z0, steps=steps, method=method, final=final, dtype=work,
-                                callback=callback)  # fmt: skip
-        tau = self._transport(steps, method, final)
+            z1 = self.integrate(work, spec, callback=callback)
+        tau = self.maps(spec)[1]
         if tau is not None:
             z1 = tau(z1)
         return self.decode(z1.to(z0.dtype), DATA)
@@ -171,60 +165,60 @@ class OneStepFlow(ImageModel):
     def integrate(
         self,
         z0: Tensor,
+        spec: SamplerSpec | None = None,
         *,
-        steps: int = 100,
-        method: str = "euler",
-        final: str = "skip",
-        dtype: torch.dtype | None = None,
         callback: solvers.Callback | None = None,
+        **changes: Any,
     ) -> Tensor:
         """Data latents ``z(1)`` of noise latents ``z0`` by the multi-step solver
-        (:func:`linearizer.flow.solvers.integrate`), then ``K`` if it belongs to this sampler."""
-        z1 = solvers.integrate(self.op, z0, steps=steps, method=method, final=final,
-                               dtype=dtype, callback=callback)  # fmt: skip
-        return self._calibration.apply_rows(z1) if self.calibrates(steps, method, final) else z1
+        (:func:`linearizer.flow.solvers.integrate`), then ``K`` if ``spec`` applies it."""
+        spec = sample_spec(spec, **changes)
+        z1 = solvers.integrate(self.op, z0, steps=spec.steps, method=spec.method,
+                               final=spec.final, dtype=spec.torch_dtype,
+                               callback=callback)  # fmt: skip
+        cal = self.maps(spec)[0]
+        return z1 if cal is None else cal.apply_rows(z1)
 
-    def one_step_matrix(
-        self,
-        *,
-        steps: int = 100,
-        method: str = "euler",
-        final: str = "skip",
-        dtype: torch.dtype = torch.float64,
-    ) -> Tensor:
-        """The collapsed B (``z1 = B z0``), cached until the operator's weights change."""
-        key = (steps, method, final, dtype)
+    def is_cached(self, spec: SamplerSpec) -> bool:
+        """Whether the dense B of ``spec`` is built and current (no collapse on next use)."""
+        key = ("dense", spec.schedule, spec.dtype, self.maps(spec)[0] is not None)
+        hit = self._cache.get(key)
+        return hit is not None and hit[0] == _weights_version(self.op)
+
+    def one_step_matrix(self, spec: SamplerSpec | None = None, **changes: Any) -> Tensor:
+        """The collapsed B of ``spec`` (``z1 = B z0``, K composed in when the spec applies it)
+        in ``spec.dtype``, cached until the operator's weights change."""
+        spec = sample_spec(spec, **changes)
+        cal = self.maps(spec)[0]
+        key = ("dense", spec.schedule, spec.dtype, cal is not None)
         version = _weights_version(self.op)
         hit = self._cache.get(key)
         if hit is not None and hit[0] == version:
             return hit[1]
-        b = solvers.collapse(self.op, steps=steps, method=method, final=final, dtype=dtype)
-        b = self._with_k(b, steps, method, final)
+        b = solvers.collapse(self.op, steps=spec.steps, method=spec.method, final=spec.final,
+                             dtype=spec.torch_dtype)  # fmt: skip
+        b = b if cal is None else cal.compose(b)
         self._cache[key] = (version, b)
         return b
 
     def one_step_operator(
-        self,
-        *,
-        steps: int = 100,
-        method: str = "euler",
-        final: str = "skip",
-        dtype: torch.dtype = torch.float64,
-        form: str = "auto",
+        self, spec: SamplerSpec | None = None, *, form: str = "auto", **changes: Any
     ) -> Tensor | factored.FactoredMatrix:
-        """B dense (:meth:`one_step_matrix`) or factored ``c I + U V^T``
+        """B of ``spec`` dense (:meth:`one_step_matrix`) or factored ``c I + U V^T``
         (:mod:`linearizer.flow.factored`); ``form="auto"`` factors large latents."""
+        spec = sample_spec(spec, **changes)
         if form == "auto":
             form = "dense" if self.dim < factored.MIN_FACTORED_DIM else "auto"
         if form == "dense":
-            return self.one_step_matrix(steps=steps, method=method, final=final, dtype=dtype)
-        key = (steps, method, final, dtype, form)
+            return self.one_step_matrix(spec)
+        cal = self.maps(spec)[0]
+        key = (form, spec.schedule, spec.dtype, cal is not None)
         version = _weights_version(self.op)
         hit = self._cache.get(key)
         if hit is None or hit[0] != version:
-            kw = dict(steps=steps, method=method, final=final, dtype=dtype, form=form)
-            b = self._with_k(factored.one_step(self.op, **kw), steps, method, final)
-            hit = self._cache[key] = (version, b)
+            b = factored.one_step(self.op, steps=spec.steps, method=spec.method,
+                                  final=spec.final, dtype=spec.torch_dtype, form=form)  # fmt: skip
+            hit = self._cache[key] = (version, b if cal is None else cal.compose(b))
         return hit[1]
 
     def invert(self, x1: Tensor, b: Tensor | factored.FactoredMatrix) -> Tensor:

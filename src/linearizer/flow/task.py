@@ -71,21 +71,20 @@ class FlowTask:
     def on_eval(self, model: OneStepFlow, step: int, run_dir: Path) -> dict[str, object]:
         cfg = self.cfg
         noise = self.grid_noise.to(next(model.parameters()).device)
-        x = model.sample(
-            cfg.sample_temperature * noise, steps=cfg.sample_steps, method=cfg.sample_method
-        )
+        # the run's schedule, trained map alone: the grids show what training made
+        x = model.sample(cfg.sampler.temperature * noise, cfg.sampler.replace(maps="none"))
         path = Path(run_dir) / "samples" / f"step_{step:08d}.png"
         save_grid(x.clamp(0, 1).cpu(), path, scale=2)
         return {"samples": str(path)}
 
     def on_finish(self, model: OneStepFlow, ema, step: int, run_dir: Path) -> dict | None:
-        """Fit the latent calibration (``calibration_samples`` > 0) for the default sampler of
-        ``linearizer sample`` and the weights it samples with: the EMA ones when the run keeps
+        """Fit the latent calibration (``calibration_samples`` > 0) for the run's sampler and
+        the weights it samples with: the EMA ones when the run keeps
         them, else the raw ones (``linearizer calibrate RUN`` fits both)."""
         n = self.cfg.calibration_samples
         if not n:
             return None
-        opts = FitOptions(n=n, temperature=self.cfg.sample_temperature, seed=self.cfg.seed,
+        opts = FitOptions(sampler=self.cfg.sampler, n=n, seed=self.cfg.seed,
                           transport_steps=self.cfg.transport_steps)  # fmt: skip
         start = time.perf_counter()
         try:

@@ -11,7 +11,9 @@ at the network behind FID (LeNet).
 >>> from linearizer.flow.build import build_flow
 >>> from linearizer.flow.config import SMOKE
 >>> model = build_flow(SMOKE, channels=1)
->>> tau = calibrate_temperature(model, torch.rand(64, 1, 8, 8), n=64, steps=10)
+>>> from linearizer.flow.spec import SamplerSpec
+>>> spec = SamplerSpec(steps=10)
+>>> tau = calibrate_temperature(model, torch.rand(64, 1, 8, 8), n=64, spec=spec)
 >>> 0.25 <= tau <= 4.0
 True
 """
@@ -26,8 +28,9 @@ from torch import Tensor
 
 from ..errors import LinearizerError
 
-if TYPE_CHECKING:  # flow.config imports this module; the model stays out of that import
+if TYPE_CHECKING:  # the model stays out of this module's imports
     from .model import OneStepFlow
+    from .spec import SamplerSpec
 
 
 def check_temperature(tau: float, what: str = "--temperature") -> float:
@@ -51,9 +54,7 @@ def calibrate_temperature(
     images: Tensor,
     *,
     n: int = 2000,
-    steps: int = 1000,
-    method: str = "euler",
-    final: str = "predict",
+    spec: SamplerSpec | None = None,
     seed: int = 0,
     bounds: tuple[float, float] = (0.25, 4.0),
     iters: int = 12,
@@ -61,8 +62,8 @@ def calibrate_temperature(
     """The ``tau`` at which ``n`` samples match the pixel spread of ``images`` (training data).
 
     Bisection on ``log tau`` inside ``bounds`` (the spread grows with ``tau``), with the same
-    noise at every trial; ``steps``, ``method`` and ``final`` name the sampler calibrated. Past
-    a bound it returns that bound.
+    noise at every trial; ``spec`` (default :class:`~linearizer.flow.spec.SamplerSpec`) is the
+    sampler calibrated (its own temperature is ignored). Past a bound it returns that bound.
     """
     if n < 2:
         raise LinearizerError(f"calibration needs n >= 2 samples, got {n}")
@@ -72,8 +73,7 @@ def calibrate_temperature(
     noise = torch.randn(n, *model.image_shape, generator=gen).to(param.device, param.dtype)
 
     def spread(tau: float) -> float:
-        x = torch.cat([model.sample(tau * part, steps=steps, method=method, final=final)
-                       for part in noise.split(1000)])  # fmt: skip
+        x = torch.cat([model.sample(tau * part, spec) for part in noise.split(1000)])
         return pixel_spread(x)
 
     lo, hi = (math.log(b) for b in bounds)

@@ -56,11 +56,12 @@ class Dense(LinearOperator):
 
     def forward(self, z: Tensor, t: float | Tensor | None = None) -> Tensor:
         check_rows(z, self.in_features)
-        return z @ self.weight.T
+        # a matrix kept in a wider dtype than its inputs (a float64 B) is applied in it
+        return (z.to(self.weight.dtype) @ self.weight.T).to(z.dtype)
 
     def transpose_apply(self, y: Tensor, t: float | Tensor | None = None) -> Tensor:
         check_rows(y, self.out_features)
-        return y @ self.weight
+        return (y.to(self.weight.dtype) @ self.weight).to(y.dtype)
 
     def matrix(self, t: float | Tensor | None = None, dtype: torch.dtype | None = None) -> Tensor:
         return self.weight if dtype is None else self.weight.to(dtype)

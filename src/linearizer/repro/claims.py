@@ -274,7 +274,7 @@ def _round_trip(ctx: Context, x1: Tensor, precision: str, b64: Tensor) -> tuple[
     dtype = next(model.parameters()).dtype
     x1 = x1.to(ctx.device, dtype)
     x0 = model.invert(x1, b64.to(ctx.device))
-    back = model.sample(x0, steps=ctx.opts.steps, method="euler", one_step=True, dtype=F64)
+    back = model.sample(x0, ctx.spec(ctx.opts.steps))
     return x0.cpu(), back.cpu()
 
 

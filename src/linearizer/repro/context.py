@@ -14,6 +14,7 @@ from torch import Tensor
 from ..errors import LinearizerError
 from ..flow.config import FlowConfig
 from ..flow.model import DATA, NOISE, OneStepFlow
+from ..flow.spec import SamplerSpec
 from .numbers import F64
 from .options import ReproOptions
 
@@ -60,12 +61,16 @@ class Context:
             self._classifier = load_classifier(device=self.device)
         return self._classifier
 
+    @staticmethod
+    def spec(steps: int, method: str = "euler", precision: str = "float64") -> SamplerSpec:
+        """The sampler a claim is measured with: the authors' grid, whose last interval is
+        skipped (so B inverts), the trained map alone."""
+        return SamplerSpec(steps=steps, method=method, final="skip", dtype=precision)
+
     def B(self, steps: int, method: str = "euler", precision: str = "float64") -> Tensor:
         """The one-step matrix (cached by the model): float64 from the float64 model, or float32
         accumulated in float32 from the float32 model."""
-        model = self.pick(precision)
-        dtype = F64 if precision == "float64" else torch.float32
-        return model.one_step_matrix(steps=steps, method=method, dtype=dtype)
+        return self.pick(precision).one_step_matrix(self.spec(steps, method, precision))
 
     def noise(self, n: int, stream: int) -> Tensor:
         """``n`` standard normal images, the same for the same (seed, stream) on every machine."""
@@ -91,10 +96,10 @@ class Context:
     ) -> Tensor:  # fmt: skip
         """Data latents from noise latents: ``B z0`` or the multi-step solver (as in ``sample``)."""
         z0 = z0.to(self.device)
+        spec = self.spec(steps, method, str(dtype).removeprefix("torch."))
         if one_step:
-            b = model.one_step_matrix(steps=steps, method=method, dtype=dtype)
-            return (z0.to(dtype) @ b.T).cpu()
-        return model.integrate(z0, steps=steps, method=method, dtype=dtype).cpu()
+            return (z0.to(dtype) @ model.one_step_matrix(spec).T).cpu()
+        return model.integrate(z0, spec).cpu()
 
     def for_lenet(self, images: Tensor) -> Tensor:
         """Images as the LeNet reads them: float32, clamped to [0, 1], 32x32 (resized if not)."""

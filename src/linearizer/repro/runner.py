@@ -194,7 +194,7 @@ def _figures(ctx: Context, folder: Path) -> dict[str, Path]:
         f"rk4 T={s}": torch.linalg.svdvals(ctx.B(s, "rk4")).cpu(),
         f"authors' rk T={s}": torch.linalg.svdvals(ctx.B(s, "rk4-authors")).cpu(),
     }
-    result = induced_svd(ctx.model, steps=s, method="euler", k=min(ctx.opts.svd_k, ctx.model.dim),
+    result = induced_svd(ctx.model, ctx.spec(s), k=min(ctx.opts.svd_k, ctx.model.dim),
                          seed=ctx.opts.seed)  # fmt: skip
     svd = render_svd(result, folder, extra)
     paths["spectrum"], paths["svd_directions"] = svd["spectrum"], svd["directions"]

@@ -9,7 +9,7 @@ Unit latent vectors decode to almost ``g^-1(0)``, because typical latents are mu
 ``s0 = median |g_noise(x0)|`` over Gaussian noise ``x0``, outputs at ``s1 = median |B g_noise(x0)|``
 (the typical length of a generated data latent).
 
->>> result = induced_svd(model, steps=100, method="euler", k=16)  # doctest: +SKIP
+>>> result = induced_svd(model, SamplerSpec(steps=100, final="skip"), k=16)  # doctest: +SKIP
 >>> render_svd(result, "out/")  # doctest: +SKIP
 """
 
@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ..errors import LinearizerError
 from ..flow.model import DATA, NOISE, OneStepFlow
+from ..flow.spec import SamplerSpec, sample_spec
 from ..io import write_json
 from .plots import caption, new_figure, noise_view, save_figure, show_images
 
@@ -57,18 +58,19 @@ class GeneratorSVD:
 @torch.no_grad()
 def induced_svd(
     model: OneStepFlow,
-    steps: int = 100,
-    method: str = "euler",
+    spec: SamplerSpec | None = None,
     k: int = 16,
     n_scale: int = 256,
     seed: int = 0,
 ) -> GeneratorSVD:
-    """SVD of ``model``'s one-step matrix (float64) and its top-``k`` directions as images."""
+    """SVD of the one-step matrix of ``spec`` (default :class:`SamplerSpec`, held in float64)
+    and its top-``k`` directions as images."""
     if not 1 <= k <= model.dim:
         raise LinearizerError(f"k must be in 1..{model.dim}, got {k}")
     param = next(model.parameters())
-    b = model.one_step_matrix(steps=steps, method=method, dtype=F64)
-    svd = model.generator(steps, method, dtype=F64).svd(k)
+    spec = sample_spec(spec, dtype="float64")
+    b = model.one_step_matrix(spec)
+    svd = model.generator(spec).svd(k)
     sigma = torch.linalg.svdvals(b)
     gen = torch.Generator().manual_seed(seed)
     x0 = torch.randn(n_scale, *model.image_shape, generator=gen).to(param)
@@ -82,7 +84,7 @@ def induced_svd(
 
     zero = torch.zeros(1, model.dim, dtype=F64, device=param.device)
     return GeneratorSVD(
-        steps=steps, method=method, sigma=sigma.cpu(), scale_noise=s0, scale_data=s1,
+        steps=spec.steps, method=spec.method, sigma=sigma.cpu(), scale_noise=s0, scale_data=s1,
         right=dec(s0 * v, NOISE), left_pos=dec(s1 * u, DATA), left_neg=dec(-s1 * u, DATA),
         mapped=dec((svd.S[:, None] * s0) * u, DATA),
         zero_noise=dec(zero, NOISE), zero_data=dec(zero, DATA),

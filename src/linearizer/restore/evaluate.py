@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..flow.spec import SamplerSpec
 from .degradations import Degradation
 from .solvers import (
     CoordPrior,
@@ -61,8 +62,7 @@ class Prior:
     flow: nn.Module | None = None
     prior_mse: float = 0.0
     coord_prior: CoordPrior | None = None
-    flow_steps: int = 100
-    flow_method: str = "euler"
+    flow_spec: SamplerSpec | None = None  # the flow's sampler (default SamplerSpec())
 
     def P(self, x: Tensor) -> Tensor:
         return batched(self.ours, x)
@@ -88,8 +88,7 @@ class Prior:
         from ..flow.model import DATA, NOISE
 
         flow = self.flow
-        b = flow.one_step_matrix(steps=self.flow_steps, method=self.flow_method)
-        b = b.to(torch.float32)
+        b = flow.one_step_matrix(self.flow_spec).to(torch.float32)
 
         def f(z: Tensor) -> Tensor:
             return flow.decode(flow.encode(z, NOISE) @ b.T, DATA)
