@@ -148,7 +148,8 @@ def measure(case: dict) -> dict:
                 fn = lambda: ref.sampling_matrix(steps, REF_METHOD[method])  # noqa: E731
             else:
                 how = _stepwise_collapse if impl == "ours-stepwise" else solvers.collapse
-                fn = lambda: how(model.op, steps=steps, method=method, dtype=dtype)  # noqa: E731
+                kw = dict(steps=steps, method=method, final="skip", dtype=dtype)
+                fn = lambda: how(model.op, **kw)  # noqa: E731
             return _time_calls(fn, repeats, budget, quick)
         x0 = torch.randn(case["batch"], *shape, generator=gen)
         if task == "multistep":
@@ -214,10 +215,10 @@ def _top(p, rows: int = 12) -> list[dict]:
     ]  # fmt: skip
 
 
-def _stepwise_collapse(op, *, steps: int, method: str, dtype: torch.dtype):
+def _stepwise_collapse(op, *, steps: int, method: str, final: str, dtype: torch.dtype):
     """Our first collapse: the identity basis pushed through the multi-step sampler."""
     eye = torch.eye(op.in_features, dtype=dtype, device=next(op.parameters()).device)
-    return solvers.integrate(op, eye, steps=steps, method=method).T
+    return solvers.integrate(op, eye, steps=steps, method=method, final=final).T
 
 
 # --- the plan ----------------------------------------------------------------------------------

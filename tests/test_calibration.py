@@ -121,14 +121,14 @@ def test_its_sampler_applies_k_one_and_multi_step_and_other_samplers_do_not(run)
         with pytest.raises(LinearizerError, match="fitted for euler T = 10, final predict"):
             model.sample(x0, **other, maps="calibration")
         with torch.no_grad():
-            raw = solvers.collapse(model.op, dtype=F64, **other)
+            raw = solvers.collapse(model.op, method="euler", dtype=F64, **other)
             plain = model.decode(model.encode(x0, 0.0) @ raw.T, 1.0)
         assert_near(model.sample(x0, **other), plain, eps_factor=1e5, what=f"no K for {other}")
     one = model.sample(x0, **kw)
     multi = model.sample(x0, one_step=False, **kw)
     assert_near(multi, one, eps_factor=1e5, what="one-step = multi-step, calibrated")
     with torch.no_grad():
-        raw = solvers.collapse(model.op, steps=10, final="predict", dtype=F64)
+        raw = solvers.collapse(model.op, steps=10, final="predict", dtype=F64, method="euler")
         want = model.decode(model.calibration.apply_rows(model.encode(x0, 0.0) @ raw.T), 1.0)
     assert_near(one, want, eps_factor=1e5)
     model.calibration = None  # the cached B is dropped with the calibration
@@ -227,7 +227,7 @@ def test_the_fit_through_a_factored_b_matches_the_dense_one(run, monkeypatch):
     kw = {"steps": 4, "final": "predict", "maps": "calibration"}
     assert isinstance(model.one_step_operator(**kw), factored.FactoredMatrix)
     assert_near(model.one_step_operator(**kw).to_dense(),
-                dense.compose(solvers.collapse(model.op, steps=4, final="predict")),
+                dense.compose(solvers.collapse(model.op, steps=4, final="predict", method="euler")),
                 eps_factor=1e6)  # fmt: skip
     # the bases may differ in the sign of each column; K itself may not
     assert_near(fact.matrix(), dense.matrix(), eps_factor=1e6)

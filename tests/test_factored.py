@@ -41,13 +41,13 @@ def test_factored_equals_dense(op, method, final, block):
 
 def test_factored_when_the_rank_exceeds_the_dimension(op):
     # 30 steps x 2 stage times x rank 2 > D: more columns than rows is still exact.
-    fb = factored.collapse_factored(op, steps=31, method="rk4")
+    fb = factored.collapse_factored(op, steps=31, method="rk4", final="skip")
     assert fb.width > D
-    assert rel(fb.to_dense(), solvers.collapse(op, steps=31, method="rk4")) <= SPEC
+    assert rel(fb.to_dense(), solvers.collapse(op, steps=31, method="rk4", final="skip")) <= SPEC
 
 
 def test_apply_and_transpose(op):
-    fb = factored.collapse_factored(op, steps=12, method="rk4")
+    fb = factored.collapse_factored(op, steps=12, method="rk4", final="skip")
     dense = fb.to_dense()
     z = torch.randn(5, D, dtype=F64)
     scale = float(z.norm() * torch.linalg.matrix_norm(dense, ord=2))
@@ -57,7 +57,7 @@ def test_apply_and_transpose(op):
 
 
 def test_woodbury_solve_inverts(op):
-    fb = factored.collapse_factored(op, steps=12, method="euler")
+    fb = factored.collapse_factored(op, steps=12, method="euler", final="skip")
     dense = fb.to_dense()
     z = torch.randn(4, D, dtype=F64)
     x = fb.solve(z)
@@ -70,7 +70,7 @@ def test_woodbury_solve_inverts(op):
 
 
 def test_solve_refuses_a_singular_b(op):
-    fb = factored.collapse_factored(op, steps=6, final="predict")
+    fb = factored.collapse_factored(op, steps=6, final="predict", method="euler")
     with pytest.raises(LinearizerError, match="singular"):
         fb.solve(torch.randn(1, D, dtype=F64))
 
@@ -93,7 +93,7 @@ def test_singular_values_and_pinv(op, final):
 
 
 def test_top_singular_triplets(op):
-    fb = factored.collapse_factored(op, steps=8, method="rk4")
+    fb = factored.collapse_factored(op, steps=8, method="rk4", final="skip")
     dense = fb.to_dense()
     u, s, v = fb.svd(3)
     ref = torch.linalg.svdvals(dense)
@@ -108,19 +108,21 @@ def test_top_singular_triplets(op):
 
 
 def test_one_step_chooses_by_size(op):
-    assert isinstance(factored.one_step(op, steps=6), torch.Tensor)  # D small: dense
-    forced = factored.one_step(op, steps=6, form="factored")
+    assert isinstance(
+        factored.one_step(op, steps=6, method="euler", final="skip"), torch.Tensor
+    )  # D small: dense
+    forced = factored.one_step(op, steps=6, form="factored", method="euler", final="skip")
     assert isinstance(forced, factored.FactoredMatrix)
     assert factored.worth_factoring(12288, 792) and not factored.worth_factoring(12288, 7992)
     assert not factored.worth_factoring(1024, 72)
     with pytest.raises(LinearizerError, match="form"):
-        factored.one_step(op, steps=6, form="sparse")
+        factored.one_step(op, steps=6, form="sparse", method="euler", final="skip")
 
 
 def test_dense_operator_has_no_factored_form():
     op = Dense(torch.eye(4, dtype=F64) * 0.5)
     with pytest.raises(LinearizerError, match="low-rank"):
-        factored.collapse_factored(op, steps=4)
+        factored.collapse_factored(op, steps=4, method="euler", final="skip")
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,7 @@ def reference_matrix(op, steps, method):
 @pytest.mark.parametrize("steps", [2, 7, 40])
 def test_collapse_matches_textbook_propagator(method, steps):
     op = SmoothLoRA()
-    b = solvers.collapse(op, steps=steps, method=method)
+    b = solvers.collapse(op, steps=steps, method=method, final="skip")
     ref = reference_matrix(op, steps, method)
     assert_near(b, ref, eps_factor=1e4)
 
@@ -67,7 +67,7 @@ def test_one_step_equals_multi_step(method, final):
 
 def test_final_predict_is_the_x1_prediction_jump():
     op = SmoothLoRA(seed=3)
-    skip = solvers.collapse(op, steps=10, method="euler")
+    skip = solvers.collapse(op, steps=10, method="euler", final="skip")
     pred = solvers.collapse(op, steps=10, method="euler", final="predict")
     assert_near(pred, dense_a(op, 0.9) @ skip, eps_factor=1e3)
 
@@ -89,7 +89,11 @@ def test_rk4_is_fourth_order_and_authors_rk_is_first_order():
     fine = {s: _fine_solution(op, 1 - 1 / s) for s in (10, 20)}
 
     def err(method, steps):
-        return (solvers.collapse(op, steps=steps, method=method) - fine[steps]).norm().item()
+        return (
+            (solvers.collapse(op, steps=steps, method=method, final="skip") - fine[steps])
+            .norm()
+            .item()
+        )
 
     rk4 = [err("rk4", s) for s in (10, 20)]
     authors = [err("rk4-authors", s) for s in (10, 20)]
@@ -126,6 +130,7 @@ def test_callback_sees_every_step():
         steps=6,
         callback=seen.append,
         final="skip",
+        method="euler",
     )
     assert [s["i"] for s in seen] == list(range(5))
     assert seen[-1]["t"] == pytest.approx(5 / 6)
@@ -157,8 +162,8 @@ def test_blocked_collapse_equals_stepping_the_identity(method, final):
 
 def test_collapse_float32_accumulation_is_close():
     op = SmoothLoRA(seed=6)
-    b64 = solvers.collapse(op, steps=50, method="rk4")
-    b32 = solvers.collapse(op, steps=50, method="rk4", dtype=torch.float32)
+    b64 = solvers.collapse(op, steps=50, method="rk4", final="skip")
+    b32 = solvers.collapse(op, steps=50, method="rk4", dtype=torch.float32, final="skip")
     assert b32.dtype == torch.float32
     assert_near(b32.double(), b64, eps_factor=100, dtype=torch.float32)
 
@@ -166,7 +171,7 @@ def test_collapse_float32_accumulation_is_close():
 @pytest.mark.parametrize("block", [0, -2, 1.5])
 def test_collapse_rejects_bad_block(block):
     with pytest.raises(LinearizerError, match="block"):
-        solvers.collapse(SmoothLoRA(), steps=5, block=block)
+        solvers.collapse(SmoothLoRA(), steps=5, block=block, method="euler", final="skip")
 
 
 # ----------------------------------------------------------------------------- T = 1000
@@ -253,7 +258,7 @@ def test_final_predict_jumps_at_exactly_one_minus_h():
 
     op = Recording(dim=TINY, rank=2, seed=9)
     steps = 1000
-    skip = solvers.collapse(op, steps=steps, method="euler")
+    skip = solvers.collapse(op, steps=steps, method="euler", final="skip")
     asked.clear()
     pred = solvers.collapse(op, steps=steps, method="euler", final="predict")
     assert 1.0 - 1.0 / steps in asked and max(asked) == 1.0 - 1.0 / steps

@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     })  # fmt: skip
     write_results(results, samples, out)
     for row in results["rows"]:
-        print(f"{row['name']:>14}: FID (LeNet) {row['fid_lenet']:8.2f}  precision "
+        print(f"{row['name']:>14}: FID (LeNet) {row['fid_lenet']:8.2f}  FID (judge) "
+              f"{row['fid_judge']:8.2f}  precision "
               f"{row['precision']:.3f}  recall {row['recall']:.3f}  confidence "
               f"{row['confidence']:.3f}  smallest class {row['min_class_share']:.1%}")  # fmt: skip
     print(f"-> {out / 'results.json'}, {out / 'results.md'}, grids in {out}")

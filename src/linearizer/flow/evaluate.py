@@ -6,6 +6,8 @@ them against the reference images (the run's test split: the 10,000 MNIST test i
 84-d features of our MNIST classifier (:mod:`linearizer.metrics.classifier`):
 
 * FID (LeNet) and KID (LeNet) (:mod:`linearizer.metrics.fid`),
+* FID (judge): the same distance on the held-out classifier's features
+  (:mod:`linearizer.metrics.judge`), which no setting was ever chosen on,
 * improved precision and recall, ``k = 3`` (:mod:`linearizer.metrics.precision_recall`),
 * LeNet mean confidence (mean max-softmax), entropy and the histogram of predicted classes.
 
@@ -38,6 +40,7 @@ from ..errors import LinearizerError
 from ..io import write_json, write_text
 from ..metrics import classifier_stats, fid_from_features, kid_from_features, lenet_features
 from ..metrics.classifier import LeNet, load_classifier
+from ..metrics.judge import judge_features, load_judge
 from ..metrics.precision_recall import coverage_share, knn_radii
 from .model import OneStepFlow
 from .spec import SamplerSpec
@@ -97,8 +100,10 @@ class Reference:
 
     def __init__(self, images: Tensor, classifier: LeNet, opts: EvalOptions) -> None:
         self.classifier, self.opts = classifier, opts
+        self.judge = load_judge()
         self.images = lenet_view(images)
         self.features = lenet_features(self.images, classifier, opts.batch)
+        self.judged = judge_features(self.images, self.judge, opts.batch)
         self.radii = knn_radii(self.features, opts.k)
 
     def measure(self, images: Tensor) -> dict:
@@ -112,6 +117,8 @@ class Reference:
         return {
             "n": len(x),
             "fid_lenet": fid_from_features(f, self.features),
+            "fid_judge": fid_from_features(judge_features(x, self.judge, self.opts.batch),
+                                           self.judged),  # fmt: skip
             "kid_lenet": kid,
             "kid_lenet_std": kid_std,
             "precision": coverage_share(f, self.features, self.radii),
@@ -202,6 +209,7 @@ def evaluate_flow(
 
 COLUMNS = (
     ("FID (LeNet)", "fid_lenet", "{:.1f}"),
+    ("FID (judge)", "fid_judge", "{:.1f}"),
     ("KID (LeNet)", "kid_lenet", "{:.1f}"),
     ("precision", "precision", "{:.3f}"),
     ("recall", "recall", "{:.3f}"),

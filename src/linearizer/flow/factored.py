@@ -19,8 +19,8 @@ What the factored form gives without ever forming ``D x D``:
 
 >>> from linearizer.operators.lora import TimeLoRA
 >>> op = TimeLoRA(64, 2, emb_dim=8, hidden=16).double()
->>> fb = collapse_factored(op, steps=6, method="euler")
->>> dense = solvers.collapse(op, steps=6, method="euler")
+>>> fb = collapse_factored(op, steps=6, method="euler", final="skip")
+>>> dense = solvers.collapse(op, steps=6, method="euler", final="skip")
 >>> bool(torch.allclose(fb.to_dense(), dense, rtol=1e-12, atol=1e-14))
 True
 >>> fb.shape, fb.width
@@ -153,8 +153,8 @@ def collapse_factored(
     op: LinearOperator,
     *,
     steps: int,
-    method: str = "euler",
-    final: str = "skip",
+    method: str,
+    final: str,
     dtype: torch.dtype = F64,
     callback: solvers.Callback | None = None,
     block: int | None = None,
@@ -192,8 +192,8 @@ def one_step(
     op: LinearOperator,
     *,
     steps: int,
-    method: str = "euler",
-    final: str = "skip",
+    method: str,
+    final: str,
     dtype: torch.dtype = F64,
     form: str = "auto",
     callback: solvers.Callback | None = None,

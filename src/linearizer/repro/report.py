@@ -119,6 +119,10 @@ def deviations(cfg: FlowConfig, step: int) -> list[str]:
         "use pinv of their T=6 'rk' matrix. Our B is square and full rank, so B^+ = B^-1.",
         "Samplers stop one step early, at t = 1 - 1/T, as the authors' code does (the velocity "
         "(A(t) z - z)/(1 - t) is singular at t = 1).",
+        "Every claim is measured on the trained map alone: the post-hoc latent maps that "
+        "`linearizer calibrate` fits after training (the calibration K and the latent "
+        "transport, flow.calibration and flow.transport) are never applied here, whether the "
+        "run holds them or not (sampler spec: maps none).",
         "The paper's numbers are second-hand (summaries of arXiv v1); the reference numbers are "
         "the reduced-scale reproduction quoted in issue 4. See "
         "../shared/research/paper-notes.md sections 2 and 7.",
