@@ -315,3 +315,22 @@ def test_cli_classifier_dry_run_and_bad_out(capsys):
     assert main(["classifier", "train", "--dry-run", "--epochs", "2"]) == 0
     assert "would train LeNet" in capsys.readouterr().out
     assert main(["classifier", "train", "--out", "x.pt", "--dry-run"]) == 2
+
+
+def test_kid_equals_a_brute_force_unbiased_mmd():
+    """KID against the definition written out pair by pair, in float64: the unbiased MMD^2 of
+    the cubic kernel k(a, b) = (a.b / d + 1)^3, with i != j in the within-set sums."""
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(6, 3)), rng.normal(0.5, 1.2, size=(6, 3))
+    m, d = 6, 3
+
+    def k(a, b):
+        return (sum(a[i] * b[i] for i in range(d)) / d + 1) ** 3
+
+    within = sum(k(x[i], x[j]) + k(y[i], y[j]) for i in range(m) for j in range(m) if i != j)
+    across = sum(k(x[i], y[j]) for i in range(m) for j in range(m))
+    want = within / (m * (m - 1)) - 2 * across / m**2
+    # one subset of all m rows: a permutation, which the statistic does not see
+    got, spread = fid_mod.kid_from_features(x, y, subset_size=m, subsets=1)
+    assert spread == 0.0
+    assert abs(got - want) <= 64 * np.finfo(np.float64).eps * max(1.0, abs(want))
