@@ -153,6 +153,8 @@ def run_repro(
         "ema": ema,
         "config": cfg.to_dict(),
         "options": opts.to_dict(),
+        # the samplers every claim is measured with: the authors' grid, the trained map alone
+        "samplers": [ctx.spec(t).to_dict() for t in (opts.steps, opts.long_steps)],
         "environment": environment(),
         "claims": claims,
         "figures": {k: str(Path(v).relative_to(out)) for k, v in figures.items()},
