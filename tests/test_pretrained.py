@@ -110,3 +110,47 @@ def test_shipped_mnist_models_verify_and_sample(monkeypatch, tmp_path, name):
     model = pretrained.from_pretrained(name)
     x = model.sample(torch.randn(4, 1, 32, 32, generator=torch.Generator().manual_seed(0)))
     assert x.shape == (4, 1, 32, 32) and bool(torch.isfinite(x).all())
+
+
+def _off_manifold(n: int = 16) -> dict[str, torch.Tensor]:
+    """Inputs unlike the training digits: noise, grey, and strokes on textured paper."""
+    from linearizer.data.synthetic import strokes
+
+    gen = torch.Generator().manual_seed(0)
+    ink, _ = strokes(n, seed=1)
+    paper = 0.08 + 0.04 * torch.randn(n, 1, 32, 32, generator=gen)
+    return {
+        "uniform noise": torch.rand(n, 1, 32, 32, generator=gen),
+        "constant grey": torch.full((n, 1, 32, 32), 0.5),
+        "strokes + noise 0.2": (ink + 0.2 * torch.randn(ink.shape, generator=gen)).clamp(0, 1),
+        "strokes on paper": torch.maximum(ink, paper).clamp(0, 1),
+    }
+
+
+def test_the_data_side_round_trips_off_the_data_in_float32(monkeypatch, tmp_path):
+    """The shipped model's fully connected blocks run in float64 out of training mode: in
+    float32 alone these inputs came back off by 0.3 to 1.05 (docs/flow/roundtrip.md)."""
+    monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path))
+    model = pretrained.from_pretrained("mnist")
+    assert next(model.parameters()).dtype == torch.float32
+    with torch.no_grad():
+        for name, x in _off_manifold().items():
+            z = model.encode(x, 1.0)
+            back = model.decode(z, 1.0)
+            assert back.dtype == torch.float32 and z.dtype == torch.float64, name
+            assert float((back - x).abs().max()) <= 1e-4, name
+            assert float((model.decode(model.encode(x, 0.0), 0.0) - x).abs().max()) <= 1e-4
+    model.train()  # training keeps the network's own dtype
+    assert model.encode(x[:2], 1.0).dtype == torch.float32
+
+
+def test_invert_says_when_a_round_trip_is_off(monkeypatch, tmp_path, capsys):
+    import numpy as np
+
+    monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path / "cache"))
+    np.save(tmp_path / "noise.npy", _off_manifold(4)["uniform noise"].numpy())
+    argv = ["invert", "pretrained:mnist", "--images", str(tmp_path / "noise.npy"),
+            "--out", str(tmp_path / "o")]  # fmt: skip
+    assert main([*argv, "--dtype", "float32"]) == 0  # B^-1 in float32 fails on any image
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("note: the round trip of image(s) 0, 1, 2, 3")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import math
+import sys
 from pathlib import Path
 
 import torch
 
 from ..data import save_grid
-from ..flow.inversion import condition_number, round_trip
+from ..flow.inversion import condition_number, psnr_per_image, round_trip, round_trip_note
 from .flowargs import (
     add_sampler_options,
     invertible_spec,
@@ -34,13 +34,15 @@ def run(args: argparse.Namespace) -> int:
     with torch.no_grad():
         b = model.one_step_operator(inv, form=args.form)
         x0, back = round_trip(model, x1, b)
-    mse = (back - x1).pow(2).flatten(1).mean(1)
-    psnr = [(-10 * math.log10(m) if m > 0 else math.inf) for m in mse.tolist()]
+    psnr = psnr_per_image(x1, back)
     rows = torch.cat([x1, (x0 * 0.25 + 0.5), back]).float().clamp(0, 1)
     save_grid(rows, Path(args.out) / "inversion.png", nrow=len(x1), scale=2)
     print(f"B: {inv.describe()} (the run's sampler, last interval skipped so B inverts), "
           f"condition number {condition_number(b):.3g}")  # fmt: skip
     print("round-trip PSNR (dB): " + ", ".join(f"{p:.1f}" for p in psnr))
+    note = round_trip_note(x1, back)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     print(f"rows: image, noise (x0/4 + 1/2), regenerated -> {Path(args.out) / 'inversion.png'}")
     return 0
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..errors import LinearizerError
-from ..flow.inversion import interpolate, round_trip
+from ..flow.inversion import interpolate, round_trip, round_trip_note
 from ..flow.model import DATA, NOISE, OneStepFlow
 from ..flow.spec import SamplerSpec, sample_spec
 from .images import noise_picture, picture, to_model_image
@@ -171,10 +171,13 @@ class FlowViews:
         x1 = self.model_input(array)
         x0, again = round_trip(self.model, x1, self.b)
         err = float((again - x1).abs().max())
+        note = round_trip_note(x1, again)
         text = (
             f"noise x0 = g_noise^-1(B^-1 g_data(x)) with B = {self.walk_spec.describe()}: "
             f"mean {float(x0.mean()):+.2f}, std {float(x0.std()):.2f}. "
-            f"max |f(x0) − x| = {err:.1e} (exact up to rounding)."
+            f"max |f(x0) − x| = {err:.1e} "
+            + ("(exact up to rounding)." if note is None else "**(not exact: this picture lies "
+               "far from the training digits, where B^-1 and the noise side amplify rounding)**.")
         )
         return picture(x1), noise_picture(x0), picture(again), text
 
