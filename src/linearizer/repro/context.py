@@ -87,7 +87,8 @@ class Context:
         return _batched(lambda b: model.encode(b, flag), x, self.opts.batch, self.device, dtype)
 
     def decode(self, model: OneStepFlow, z: Tensor, flag: float) -> Tensor:
-        dtype = next(model.parameters()).dtype
+        # a float32 network's latents may be float64 (its fully connected tail's): keep them
+        dtype = torch.promote_types(next(model.parameters()).dtype, z.dtype)
         return _batched(lambda b: model.decode(b, flag), z, self.opts.batch, self.device, dtype)
 
     def latents(
