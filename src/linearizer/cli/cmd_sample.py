@@ -20,7 +20,7 @@ from .flowargs import add_sampler_options, load_model
 def run(args: argparse.Namespace) -> int:
     if args.n < 1:
         raise LinearizerError("--n must be >= 1")
-    if args.noise and args.temperature is not None:
+    if args.noise and getattr(args, "temperature", None) is not None:
         raise LinearizerError("--temperature scales drawn noise; a --noise file is used as given")
     model, cfg, step, spec = load_model(args)
     dtype = spec.torch_dtype

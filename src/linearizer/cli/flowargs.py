@@ -24,7 +24,8 @@ def add_spec_options(p: argparse.ArgumentParser) -> None:
         tp = hints[f.name]
         kind = {"steps": int, "temperature": float}.get(f.name, str)
         choices = typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else None
-        p.add_argument(f"--{f.name}", type=kind, default=None, choices=choices,
+        # absent unless given (SUPPRESS), so help shows the run's default, not None
+        p.add_argument(f"--{f.name}", type=kind, default=argparse.SUPPRESS, choices=choices,
                        help=f"{f.metadata['help']} (default: the run's; {f.default!r} unless "
                        "it records another)")  # fmt: skip
 
