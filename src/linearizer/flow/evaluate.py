@@ -32,14 +32,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..data import save_grid
 from ..errors import LinearizerError
 from ..io import write_json, write_text
 from ..metrics import classifier_stats, fid_from_features, kid_from_features, lenet_features
-from ..metrics.classifier import LeNet, load_classifier
+from ..metrics.classifier import LeNet, lenet_view, load_classifier
 from ..metrics.judge import judge_features, load_judge
 from ..metrics.precision_recall import coverage_share, knn_radii
 from .model import OneStepFlow
@@ -81,18 +80,6 @@ class EvalOptions:
 
 
 Progress = Callable[[int], None]
-
-
-def lenet_view(images: Tensor) -> Tensor:
-    """Images as the LeNet reads them: float32 in [0, 1], one channel, 32x32."""
-    x = images.detach().to(torch.float32).clamp(0, 1)
-    if x.dim() != 4 or x.shape[1] != 1:
-        raise LinearizerError(
-            f"FID (LeNet) needs one-channel images [N, 1, H, W], got {tuple(x.shape)}"
-        )
-    if tuple(x.shape[-2:]) not in ((32, 32), (28, 28)):
-        x = F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
-    return x
 
 
 class Reference:

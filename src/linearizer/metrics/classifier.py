@@ -89,6 +89,24 @@ def prepare_images(x: Tensor) -> Tensor:
     return x
 
 
+def lenet_view(images: Tensor) -> Tensor:
+    """Images as both classifiers read them, for every FID path: float32, clamped to [0, 1],
+    one channel, resized to 32x32 with antialiasing when they are another size.
+
+    >>> x = lenet_view(torch.full((2, 1, 8, 8), 2.0))   # clamped, then resized
+    >>> x.shape, float(x.max())
+    (torch.Size([2, 1, 32, 32]), 1.0)
+    """
+    x = images.detach().to(torch.float32).clamp(0, 1)
+    if x.dim() != 4 or x.shape[1] != 1:
+        raise LinearizerError(
+            f"FID (LeNet) needs one-channel images [N, 1, H, W], got {tuple(x.shape)}"
+        )
+    if tuple(x.shape[-2:]) != (32, 32):
+        x = F.interpolate(x, size=(32, 32), mode="bilinear", antialias=True, align_corners=False)
+    return x
+
+
 # --- inference ---------------------------------------------------------------------------------
 
 

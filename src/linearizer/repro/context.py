@@ -8,10 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import LinearizerError
 from ..flow.config import FlowConfig
 from ..flow.model import DATA, NOISE, OneStepFlow
 from ..flow.spec import SamplerSpec
@@ -103,13 +101,10 @@ class Context:
         return model.integrate(z0, spec).cpu()
 
     def for_lenet(self, images: Tensor) -> Tensor:
-        """Images as the LeNet reads them: float32, clamped to [0, 1], 32x32 (resized if not)."""
-        x = images.detach().to(torch.float32).clamp(0, 1)
-        if x.shape[1] != 1:
-            raise LinearizerError("FID (LeNet) needs one-channel images")
-        if tuple(x.shape[-2:]) not in ((32, 32), (28, 28)):
-            x = F.interpolate(x, size=(32, 32), mode="bilinear", align_corners=False)
-        return x
+        """Images as the LeNet reads them (:func:`~linearizer.metrics.classifier.lenet_view`)."""
+        from ..metrics.classifier import lenet_view
+
+        return lenet_view(images)
 
     def features(self, images: Tensor) -> Tensor:
         from ..metrics import lenet_features
