@@ -462,3 +462,17 @@ def test_conditioner_precision_is_checked_and_auto_follows_the_hardware(monkeypa
     for native, expected in ((True, "bfloat16"), (False, "float32")):
         monkeypatch.setattr(precision, "native_bfloat16", lambda device, n=native: n)
         assert precision.resolve_precision("auto", cpu) == expected
+
+
+def test_the_float64_logit_accepts_what_a_float32_decode_produced():
+    """A float32 sigmoid that saturates rounds a pixel onto (or a few ulps past) the edge of
+    the logit's interval; the same pixel must encode in float64 too, and a real overshoot is
+    still refused with the range in enough digits to see by how much."""
+    from linearizer.invertible.logit import FlagLogit
+
+    block = FlagLogit(0.05).double()
+    edge = (1 - 0.05) / 0.9  # the top of the interval, in pixels
+    just_past = torch.tensor(edge + 8 * torch.finfo(torch.float32).eps, dtype=torch.float64)
+    assert torch.isfinite(block(just_past.reshape(1, 1, 1, 1), torch.ones(1))).all()
+    with pytest.raises(LinearizerError, match=r"got values in \[1.06, 1.06\]"):
+        block(torch.full((1, 1, 1, 1), 1.06, dtype=torch.float64), torch.ones(1))

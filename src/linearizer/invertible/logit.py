@@ -58,14 +58,16 @@ class FlagLogit(InvertibleModule):
 
     def _logit(self, x: Tensor) -> Tensor:
         p = self.alpha + self.width * x
-        eps = torch.finfo(p.dtype).eps
         # A decoded pixel can sit exactly on the interval's edge (a saturated sigmoid, rounded):
         # it encodes to the largest finite logit this dtype resolves instead of an infinity.
-        if p.numel() and not bool(((p >= -16 * eps) & (p <= 1 + 16 * eps)).all()):
+        # The refusal's tolerance is float32's in every dtype, so what a float32 decode
+        # produced encodes in float64 too.
+        eps, tol = torch.finfo(p.dtype).eps, 16 * torch.finfo(torch.float32).eps
+        if p.numel() and not bool(((p >= -tol) & (p <= 1 + tol)).all()):
             raise LinearizerError(
-                f"data-flag images must lie in [{self.lo:.4g}, {self.hi:.4g}] for a logit with "
+                f"data-flag images must lie in [{self.lo:.8g}, {self.hi:.8g}] for a logit with "
                 f"alpha={self.alpha:g} (pixels in [0, 1]); got values in "
-                f"[{float(x.min()):.4g}, {float(x.max()):.4g}]"
+                f"[{float(x.min()):.8g}, {float(x.max()):.8g}]"
             )
         return torch.logit(p.clamp(eps, 1 - eps))
 
