@@ -76,7 +76,7 @@ SAMPLERS: dict[str, Sampler] = {
 METHODS = tuple(SAMPLERS)
 
 
-def check_schedule(steps: int, method: str, final: str = "skip") -> None:
+def check_schedule(steps: int, method: str, final: str) -> None:
     if method not in METHODS:
         raise LinearizerError(f"unknown sampling method {method!r}; choose one of {METHODS}")
     if final not in FINALS:
