@@ -128,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     pca_rest = mean - (mean @ pca) @ pca.T
 
     coords = latents @ q
+    # each Gaussian's mean and Cholesky factor, once: all of B's range, then one per class
+    chol = torch.linalg.cholesky(torch.cov(coords.T))
+    own = [coords[labels == c] for c in range(10)]
+    classes = [(o.mean(0), torch.linalg.cholesky(torch.cov(o.T))) for o in own]
     rows: dict[str, list[dict]] = {}
 
     def add(name: str, images: Tensor) -> None:
@@ -145,17 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         add("pca-transport", decode(model, transport_draw(pca_tau, e, pca_rest)))
         pick = torch.randperm(len(train), generator=g)[: args.n]
         add("train-projected", decode(model, (coords[pick] @ q.T)))
-        chol = torch.linalg.cholesky(torch.cov(coords.T))
         gauss = coords.mean(0) + torch.randn(args.n, k, generator=g, dtype=F64) @ chol.T
         add("gaussian-in-range", decode(model, gauss @ q.T))
         cls = labels[pick]
         mix = torch.empty(args.n, k, dtype=F64)
-        for c in range(10):
-            own = coords[labels == c]
-            ch = torch.linalg.cholesky(torch.cov(own.T))
+        for c, (centre, ch) in enumerate(classes):
             where = cls == c
-            mix[where] = own.mean(0) + torch.randn(int(where.sum()), k, generator=g,
-                                                   dtype=F64) @ ch.T  # fmt: skip
+            mix[where] = centre + torch.randn(int(where.sum()), k, generator=g,
+                                              dtype=F64) @ ch.T  # fmt: skip
         add("class-gaussians", decode(model, mix @ q.T))
 
     # the samples' coordinates along the data's six leading directions in Q
