@@ -24,6 +24,7 @@ SPEC_COMMANDS = {
     "calibrate": ["RUN"],
     "explore": ["RUN"],
     "restore": ["RUN", "--out", "o", "--task", "sr4"],
+    "swap": ["RUN", "--out", "o", "--from", "1", "--to", "2"],
 }
 
 
@@ -35,10 +36,11 @@ def test_every_command_defaults_to_the_runs_spec_and_takes_every_field(command):
     assert spec_from_args(args, recorded) == recorded
     assert spec_from_args(args, SamplerSpec()) == SamplerSpec()
     given = ["--steps", "12", "--method", "rk4", "--final", "skip", "--dtype", "float32",
-             "--temperature", "0.9", "--maps", "calibration"]  # fmt: skip
+             "--temperature", "0.9", "--maps", "calibration", "--class", "3",
+             "--guidance", "1.5"]  # fmt: skip
     args = parser.parse_args([command, *SPEC_COMMANDS[command], *given])
     want = SamplerSpec(steps=12, method="rk4", final="skip", dtype="float32", temperature=0.9,
-                       maps="calibration")  # fmt: skip
+                       maps="calibration", label=3, guidance=1.5)  # fmt: skip
     assert spec_from_args(args, recorded) == want
 
 

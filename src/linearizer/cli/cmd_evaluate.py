@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
         raise LinearizerError(
             f"{args.run}: FID (LeNet) needs one-channel images, the run makes {model.image_shape}"
         )
+    if model.classes:
+        return _run_conditional(args, run, spec, opts, out)
     names = ", ".join(name for name, _ in rows)
     if args.dry_run:
         print(f"would evaluate {args.run} (step {step}, {cfg.data.dataset}): {opts.n} samples each "
@@ -68,6 +70,55 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_conditional(args, run, spec, opts, out: Path) -> int:
+    """A class-conditional run: the guidance sweep of the class mixture (flow.conditional)."""
+    import torch
+
+    from ..flow.conditional import guidance_sweep, write_sweep
+    from ..flow.task import load_images
+
+    weights = _guidances(args.guidances)
+    if spec.maps != "none":
+        raise LinearizerError("a class-conditional run samples the trained map alone: "
+                              "use --maps none")  # fmt: skip
+    if args.dry_run:
+        print(f"would evaluate {args.run} (step {run.step}, class-conditional): {opts.n} "
+              f"samples of the class mixture at guidance {', '.join(f'{w:g}' for w in weights)} "
+              f"({spec.describe()}) -> {out}")  # fmt: skip
+        return 0
+    reference, _ = load_images(run.config, "test")
+    start = time.perf_counter()
+    with _progress(opts.n * len(weights), not args.no_progress) as tick:
+        results, grids = guidance_sweep(run.model, reference, spec, weights, opts, tick)
+    results.update({
+        "title": f"Class-conditional evaluation of {args.run} (step {run.step}, "
+                 f"{'raw' if args.no_ema else 'EMA'} weights, temperature {spec.temperature:g})",
+        "run": str(args.run), "step": run.step, "ema": not args.no_ema,
+        "dataset": run.config.data.dataset, "spec": spec.to_dict(),
+        "seconds": time.perf_counter() - start, "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "command": "linearizer " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+    })  # fmt: skip
+    write_sweep(results, grids, out)
+    for row in results["rows"]:
+        print(f"{row['name']:>8}: FID (LeNet) {row['fid_lenet']:8.2f}  FID (judge) "
+              f"{row['fid_judge']:8.2f}  accuracy (LeNet) mean {row['lenet_accuracy_mean']:.3f} "
+              f"min {row['lenet_accuracy_min']:.3f}  (judge) mean "
+              f"{row['judge_accuracy_mean']:.3f} min {row['judge_accuracy_min']:.3f}")  # fmt: skip
+    print(f"-> {out / 'results.json'}, {out / 'results.md'}, {out / 'guidance.png'}")
+    return 0
+
+
+def _guidances(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise LinearizerError(f"--guidances takes comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise LinearizerError("--guidances needs at least one value")
+    return values
+
+
 class _progress:
     """A tqdm bar over the samples drawn (no bar without tqdm or with ``enabled=False``)."""
 
@@ -98,7 +149,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--maps calibration or transport, the post-hoc maps, each row beside the trained map "
         "alone; and measure them against the test images on our LeNet's features: FID (LeNet), "
         "KID (LeNet), improved precision/recall (k-NN balls), mean confidence and predicted-class "
-        "histogram. Reference rows: training images and uniform noise.",
+        "histogram. Reference rows: training images and uniform noise. A class-conditional run "
+        "gets the guidance sweep instead: per w, the class mixture's FID and every class's "
+        "accuracy on the LeNet and the held-out judge.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     p.add_argument("run", help="flow run folder or pretrained:NAME")
@@ -109,6 +162,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=int, default=3, help="nearest neighbours of precision/recall")
     p.add_argument("--kid-subsets", type=int, default=50, help="random subsets of KID")
     p.add_argument("--batch", type=int, default=1000, help="images per network pass")
+    p.add_argument("--guidances", default="0,0.5,1,2,4",
+                   help="a class-conditional run: the guidance weights w of the sweep")
     p.add_argument("--no-references", action="store_true",
                    help="skip the training-images and uniform-noise rows")  # fmt: skip
     p.add_argument("--no-ema", action="store_true", help="use the raw weights, not the EMA")

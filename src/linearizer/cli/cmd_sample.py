@@ -24,25 +24,37 @@ def run(args: argparse.Namespace) -> int:
         raise LinearizerError("--temperature scales drawn noise; a --noise file is used as given")
     model, cfg, step, spec = load_model(args)
     dtype = spec.torch_dtype
+    gen = torch.Generator().manual_seed(args.seed)
     if args.noise:
         x0 = read_image_batch(args.noise, model.image_shape, "noise file").to(dtype)
     else:
-        gen = torch.Generator().manual_seed(args.seed)
         x0 = spec.noise(args.n, model.image_shape, gen).to(dtype)
+    labels = None
+    if model.classes:  # one label per sample: the spec's class, or drawn for the mixture
+        model.operator(spec.replace(label=spec.label if spec.label is not None else 0))
+        labels = (torch.full((len(x0),), spec.label) if spec.label is not None
+                  else model.draw_labels(len(x0), gen))  # fmt: skip
+    else:
+        model.operator(spec)  # one line for --class or --guidance without classes
     if args.dry_run:
         print(f"would sample {len(x0)} images from {args.run} (step {step}) into {args.out}")
         return 0
     start = time.perf_counter()
     chunks = []
     with torch.no_grad():
-        for part in x0.split(args.batch):
-            chunks.append(model.sample(part, spec, one_step=not args.multi_step, form=args.form))
+        parts = labels.split(args.batch) if labels is not None else [None] * len(
+            x0.split(args.batch))  # fmt: skip
+        for part, part_labels in zip(x0.split(args.batch), parts, strict=True):
+            chunks.append(model.sample(part, spec, one_step=not args.multi_step, form=args.form,
+                                       labels=part_labels))  # fmt: skip
     x = torch.cat(chunks).float()
     seconds = time.perf_counter() - start
     out = Path(args.out)
     mode = "multi-step" if args.multi_step else "one-step"
     meta = {"run": str(args.run), "step": step, "spec": spec.to_dict(), "mode": mode,
             "noise": args.noise or f"seed {args.seed}", "n": len(x)}  # fmt: skip
+    if labels is not None:
+        meta["labels"] = labels.tolist()
     save_grid(x[:64].clamp(0, 1), out / "samples.png", nrow=8, scale=2)
     atomic_write(out / "samples.npz", lambda tmp: _save_npz(tmp, x.numpy(), meta))
     write_json(out / "samples.json", meta)
@@ -53,8 +65,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _save_npz(tmp: str, samples: np.ndarray, meta: dict) -> None:
+    arrays = {"samples": samples, "meta": np.array(json.dumps(meta))}
+    if "labels" in meta:
+        arrays["labels"] = np.asarray(meta["labels"], dtype=np.int64)
     with open(tmp, "wb") as fh:  # the spec rides along as a JSON string, never a pickle
-        np.savez(fh, samples=samples, meta=np.array(json.dumps(meta)))
+        np.savez(fh, **arrays)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -22,10 +22,12 @@ def add_spec_options(p: argparse.ArgumentParser) -> None:
     hints = typing.get_type_hints(SamplerSpec)
     for f in dataclasses.fields(SamplerSpec):
         tp = hints[f.name]
-        kind = {"steps": int, "temperature": float}.get(f.name, str)
+        kind = {"steps": int, "temperature": float, "label": int, "guidance": float}.get(
+            f.name, str)
         choices = typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else None
+        flag = "--class" if f.name == "label" else f"--{f.name}"
         # absent unless given (SUPPRESS), so help shows the run's default, not None
-        p.add_argument(f"--{f.name}", type=kind, default=argparse.SUPPRESS, choices=choices,
+        p.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS, choices=choices,
                        help=f"{f.metadata['help']} (default: the run's; {f.default!r} unless "
                        "it records another)")  # fmt: skip
 

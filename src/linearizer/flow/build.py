@@ -22,6 +22,7 @@ def build_flow(cfg: FlowConfig, channels: int = 1) -> OneStepFlow:
         activation=cfg.lora_activation,
         v_scale=cfg.v_scale,
         basis=cfg.lora_basis,
+        classes=cfg.classes if cfg.conditional else 0,
     )
     model = OneStepFlow(net, op, (channels, size, size))
     model.memory_saving = cfg.network.memory_saving

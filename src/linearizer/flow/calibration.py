@@ -223,6 +223,9 @@ def fit_calibration(
     Work is in float64; the model is left as it was.
     """
     opts = opts or FitOptions(**kw)
+    if getattr(model, "classes", 0):
+        raise LinearizerError("latent maps are not fitted for class-conditional models: they "
+                              "sample the trained map alone (--maps none)")  # fmt: skip
     if opts.n < 2:
         raise LinearizerError(f"calibration needs n >= 2 samples, got {opts.n}")
     spec = opts.sampler

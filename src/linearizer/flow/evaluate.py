@@ -123,13 +123,17 @@ def draw_samples(
     spec: SamplerSpec,
     opts: EvalOptions,
     progress: Progress | None = None,
+    labels: Tensor | None = None,
 ) -> Tensor:
-    """Decode ``noise`` through the collapsed sampler, batch by batch (float32 images, CPU)."""
+    """Decode ``noise`` through the collapsed sampler, batch by batch (float32 images, CPU);
+    ``labels``: each row's class, for a class-conditional model's mixture."""
     param = next(model.parameters())
     out = []
+    chunks = noise.split(opts.batch)
+    parts = labels.split(opts.batch) if labels is not None else [None] * len(chunks)
     with torch.no_grad():
-        for part in noise.split(opts.batch):
-            x = model.sample(part.to(param.device, param.dtype), spec)
+        for part, part_labels in zip(chunks, parts, strict=True):
+            x = model.sample(part.to(param.device, param.dtype), spec, labels=part_labels)
             out.append(x.float().cpu())
             if progress:
                 progress(len(part))

@@ -54,6 +54,34 @@ class OneStepFlow(ImageModel):
             )
         self._cache: dict[tuple, tuple[tuple, Any]] = {}
         self._calibration: LatentCalibration | None = None
+        self.classes = int(getattr(op, "classes", 0))
+        if self.classes:  # the training labels' frequencies: the mixture's class weights
+            self.register_buffer("class_prior", torch.full((self.classes,), 1.0 / self.classes))
+
+    # --- classes ----------------------------------------------------------------------------
+    def operator(self, spec: SamplerSpec) -> LinearOperator:
+        """The time-dependent operator ``spec`` integrates: ``A(t)``, or for a class-conditional
+        model ``(1 + w) A(t, c) - w A(t, null)`` of the spec's class ``c`` and guidance ``w``."""
+        label, w = spec.condition
+        if not self.classes:
+            if label is not None or w:
+                raise LinearizerError("--class and --guidance need a class-conditional model "
+                                      "(trained with --set conditional=true)")  # fmt: skip
+            return self.op
+        if label is None:
+            raise LinearizerError(f"this model is class-conditional: give one class (--class "
+                                  f"0..{self.classes - 1}) for one linear generator")  # fmt: skip
+        if label >= self.classes:
+            raise LinearizerError(f"class {label} is out of range: the model has classes "
+                                  f"0..{self.classes - 1}")  # fmt: skip
+        return self.op.given(label, w)
+
+    def draw_labels(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        """``n`` classes drawn from the training frequencies (a conditional model's mixture)."""
+        if not self.classes:
+            raise LinearizerError("this model is not class-conditional")
+        prior = self.class_prior.detach().double().cpu()
+        return torch.multinomial(prior, n, replacement=True, generator=generator)
 
     @property
     def calibration(self) -> LatentCalibration | None:
@@ -110,6 +138,7 @@ class OneStepFlow(ImageModel):
         side is ``tau^-1 o g_data``. Cached per spec until the operator's weights change.
         """
         spec = sample_spec(spec, **changes)
+        self.operator(spec)  # one line for a conditional model without a class
         dtype = spec.torch_dtype
         key = ("generator", spec)
         version = _weights_version(self.op)
@@ -138,10 +167,15 @@ class OneStepFlow(ImageModel):
         one_step: bool = True,
         callback: solvers.Callback | None = None,
         form: str = "auto",
+        labels: Tensor | None = None,
         **changes: Any,
     ) -> Tensor:
         """Images from noise ``x0`` by ``spec`` (default :class:`SamplerSpec`, ``changes``
         applied): one matrix product (``one_step``) or the multi-step solver.
+
+        A class-conditional model samples the spec's class, or with ``spec.label`` None a
+        mixture: each row's class from ``labels`` (default: :meth:`draw_labels`), each row
+        then through its class's exact generator.
 
         Both agree to rounding. ``spec.dtype`` is the latent working precision; ``form`` the
         one-step matrix's (:meth:`one_step_operator`). ``x0`` is used as given: the spec's
@@ -151,6 +185,8 @@ class OneStepFlow(ImageModel):
         """
         spec = sample_spec(spec, **changes)
         self.check_images(x0, "noise")
+        if self.classes and spec.label is None:
+            return self._sample_mixture(x0, spec, labels, one_step, callback, form)
         z0 = self.encode(x0, NOISE)
         work = z0.to(spec.torch_dtype)
         if one_step:
@@ -161,6 +197,34 @@ class OneStepFlow(ImageModel):
         if tau is not None:
             z1 = tau(z1)
         return self.decode(z1.to(z0.dtype), DATA)
+
+    def _sample_mixture(self, x0, spec, labels, one_step, callback, form) -> Tensor:
+        labels = self.draw_labels(len(x0)) if labels is None else labels.reshape(-1).cpu()
+        if len(labels) != len(x0):
+            raise LinearizerError(f"{len(labels)} labels for {len(x0)} noise images")
+        out = torch.empty_like(x0)
+        for c in labels.unique().tolist():
+            rows = (labels == c).nonzero().squeeze(1).to(x0.device)
+            out[rows] = self.sample(x0[rows], spec.replace(label=int(c)), one_step=one_step,
+                                    callback=callback, form=form)  # fmt: skip
+        return out
+
+    def swap(self, x1: Tensor, spec: SamplerSpec, to: int) -> Tensor:
+        """The exact class swap: images ``x1`` of class ``spec.label`` to their noise under that
+        class's generator, ``z0 = B_c^-1 g_data(x1)``, then to class ``to`` with the same noise,
+        ``g_data^-1(B_to z0)``. Both B use ``spec.invertible()`` (the last interval skipped), so
+        swapping back returns ``x1`` to rounding."""
+        spec = spec.invertible()
+        if spec.label is None:
+            raise LinearizerError("swap needs the images' class (--from)")
+        if spec.maps != "none":
+            raise LinearizerError("swap applies the trained map alone: use --maps none")
+        target = spec.replace(label=int(to))
+        b_to = self.one_step_operator(target)
+        z0 = factored.solve_rows(self.one_step_operator(spec), self.encode(x1, DATA).to(
+            spec.torch_dtype))  # fmt: skip
+        z1 = factored.apply_rows(b_to, z0)
+        return self.decode(z1.to(x1.dtype), DATA)
 
     def integrate(
         self,
@@ -173,7 +237,7 @@ class OneStepFlow(ImageModel):
         """Data latents ``z(1)`` of noise latents ``z0`` by the multi-step solver
         (:func:`linearizer.flow.solvers.integrate`), then ``K`` if ``spec`` applies it."""
         spec = sample_spec(spec, **changes)
-        z1 = solvers.integrate(self.op, z0, steps=spec.steps, method=spec.method,
+        z1 = solvers.integrate(self.operator(spec), z0, steps=spec.steps, method=spec.method,
                                final=spec.final, dtype=spec.torch_dtype,
                                callback=callback)  # fmt: skip
         cal = self.maps(spec)[0]
@@ -181,7 +245,7 @@ class OneStepFlow(ImageModel):
 
     def is_cached(self, spec: SamplerSpec) -> bool:
         """Whether the dense B of ``spec`` is built and current (no collapse on next use)."""
-        key = ("dense", spec.schedule, spec.dtype, self.maps(spec)[0] is not None)
+        key = ("dense", spec.schedule, spec.dtype, self.maps(spec)[0] is not None, spec.condition)
         hit = self._cache.get(key)
         return hit is not None and hit[0] == _weights_version(self.op)
 
@@ -190,13 +254,13 @@ class OneStepFlow(ImageModel):
         in ``spec.dtype``, cached until the operator's weights change."""
         spec = sample_spec(spec, **changes)
         cal = self.maps(spec)[0]
-        key = ("dense", spec.schedule, spec.dtype, cal is not None)
+        key = ("dense", spec.schedule, spec.dtype, cal is not None, spec.condition)
         version = _weights_version(self.op)
         hit = self._cache.get(key)
         if hit is not None and hit[0] == version:
             return hit[1]
-        b = solvers.collapse(self.op, steps=spec.steps, method=spec.method, final=spec.final,
-                             dtype=spec.torch_dtype)  # fmt: skip
+        b = solvers.collapse(self.operator(spec), steps=spec.steps, method=spec.method,
+                             final=spec.final, dtype=spec.torch_dtype)  # fmt: skip
         b = b if cal is None else cal.compose(b)
         self._cache[key] = (version, b)
         return b
@@ -212,11 +276,11 @@ class OneStepFlow(ImageModel):
         if form == "dense":
             return self.one_step_matrix(spec)
         cal = self.maps(spec)[0]
-        key = (form, spec.schedule, spec.dtype, cal is not None)
+        key = (form, spec.schedule, spec.dtype, cal is not None, spec.condition)
         version = _weights_version(self.op)
         hit = self._cache.get(key)
         if hit is None or hit[0] != version:
-            b = factored.one_step(self.op, steps=spec.steps, method=spec.method,
+            b = factored.one_step(self.operator(spec), steps=spec.steps, method=spec.method,
                                   final=spec.final, dtype=spec.torch_dtype, form=form)  # fmt: skip
             hit = self._cache[key] = (version, b if cal is None else cal.compose(b))
         return hit[1]
@@ -233,19 +297,23 @@ class OneStepFlow(ImageModel):
         return self.decode(z0.to(z1.dtype), NOISE)
 
 
-class TransportedSide(nn.Module):
+from ..invertible.base import InvertibleModule  # noqa: E402  (TransportedSide's base)
+
+
+class TransportedSide(InvertibleModule):
     """``tau^-1 o g``: an induced space ``g`` (images to latents of ``shape``) followed by the
-    inverse of a latent transport ``tau`` on flattened latents; invertible like ``g``."""
+    inverse of a latent transport ``tau`` on flattened latents; invertible like ``g``. Both are
+    fixed-flag views, so ``cond`` is ignored."""
 
     def __init__(self, g: nn.Module, tau: nn.Module, shape: tuple[int, ...]) -> None:
         super().__init__()
         self.g, self.tau, self.shape = g, tau, tuple(shape)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
         z = self.g(x)
         return self.tau.inverse(z.reshape(len(z), -1)).reshape(z.shape)
 
-    def inverse(self, z: Tensor) -> Tensor:
+    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
         w = self.tau(z.reshape(len(z), -1)).reshape(len(z), *self.shape)
         return self.g.inverse(w)
 

@@ -162,14 +162,17 @@ def flow_loss(
     *,
     noise_level: float = 0.3,
     distance: Distance = F.mse_loss,
+    labels: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """The total loss and its four terms (as floats, for logging)."""
+    """The total loss and its four terms (as floats, for logging); ``labels``: each row's
+    class for a class-conditional operator (its null class for unconditional rows)."""
     t, x0, n0, n1 = draws["t"], draws["x0"], draws["n0"], draws["n1"]
     n = x1.shape[0]
     flags = torch.cat([torch.full((n,), NOISE), torch.full((n,), DATA)]).to(x1)
     a, b = model.encode(torch.cat([x0, x1]), flags).split(n)
     tt = t[:, None]
-    p = model.op((1 - tt) * a + tt * b, t)
+    z = (1 - tt) * a + tt * b
+    p = model.op(z, t) if labels is None else model.op(z, t, labels)
     latent = F.mse_loss(p, b)
     s = noise_level
     targets = torch.cat([a + s * n0.reshape(n, -1), b + s * n1.reshape(n, -1), p])

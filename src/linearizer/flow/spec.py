@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import torch
 
@@ -72,6 +72,14 @@ class SamplerSpec(Config):
         "calibration K, or K and the transport (both fitted after training, by linearizer "
         "calibrate)"
     )
+    label: Optional[int] = option(  # noqa: UP045 (the config reader parses Optional)
+        None, "class c of a class-conditional model (default: drawn from the training "
+        "frequencies; the sampler is then a mixture of one exact generator per class)"
+    )
+    guidance: float = option(
+        0.0, "classifier-free guidance w of a class-conditional model: the velocity "
+        "(1 + w) v(z, t, c) - w v(z, t, null), still linear in z (0: plain conditional)"
+    )
 
     def validate(self) -> None:
         steps = self.steps
@@ -86,6 +94,12 @@ class SamplerSpec(Config):
         tau = self.temperature
         if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
             raise LinearizerError(f"sampler temperature must be a finite number > 0, got {tau!r}")
+        c = self.label
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 0):
+            raise LinearizerError(f"sampler class must be an integer >= 0, got {c!r}")
+        w = self.guidance
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
+            raise LinearizerError(f"sampler guidance must be a finite number, got {w!r}")
 
     def replace(self, **changes: Any) -> SamplerSpec:
         """A copy with ``changes`` (checked like the constructor's arguments)."""
@@ -95,6 +109,11 @@ class SamplerSpec(Config):
     def schedule(self) -> tuple[int, str, str]:
         """``(steps, method, final)``: what decides the matrix B."""
         return self.steps, self.method, self.final
+
+    @property
+    def condition(self) -> tuple[int | None, float]:
+        """``(label, guidance)``: what picks the class operator of a conditional model."""
+        return self.label, float(self.guidance)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -112,8 +131,13 @@ class SamplerSpec(Config):
 
     def describe(self) -> str:
         """One line naming every setting but the temperature (which scales the noise drawn)."""
-        return (f"one-step {self.method}, T = {self.steps}, final {self.final}, {self.dtype}, "
+        line = (f"one-step {self.method}, T = {self.steps}, final {self.final}, {self.dtype}, "
                 f"maps {self.maps}")  # fmt: skip
+        if self.label is not None:
+            line += f", class {self.label}"
+        if self.guidance:
+            line += f", guidance {self.guidance:g}"
+        return line
 
 
 # The sampler of the authors' test script: one step through their Simpson-averaged "rk" matrix

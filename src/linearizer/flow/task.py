@@ -39,21 +39,27 @@ class FlowTask:
 
     kind = "flow"
 
-    def __init__(self, images: Tensor | None = None) -> None:
-        self.images = images
+    def __init__(self, images: Tensor | None = None, labels: Tensor | None = None) -> None:
+        self.images, self.labels = images, labels
 
     def build(self, cfg: FlowConfig) -> OneStepFlow:
         self.cfg = cfg
         if self.images is None:
-            self.images, _ = load_images(cfg, "train")
+            self.images, self.labels = load_images(cfg, "train")
         self.distance = make_distance(cfg.perceptual)
         # The noise for sample grids is fixed per run, so grids over training are comparable.
         gen = torch.Generator().manual_seed(cfg.seed + 12345)
         self.grid_noise = torch.randn(cfg.n_samples, *self.images.shape[1:], generator=gen)
-        return build_flow(cfg, channels=self.images.shape[1])
+        model = build_flow(cfg, channels=self.images.shape[1])
+        if cfg.conditional:
+            model.class_prior.copy_(class_frequencies(self.labels, cfg.classes))
+        return model
 
     def batch(self, rng: StepRandom) -> dict[str, Tensor]:
-        return {"x1": self.images[rng.indices(len(self.images))]}
+        rows = rng.indices(len(self.images))
+        if not self.cfg.conditional:
+            return {"x1": self.images[rows]}
+        return {"x1": self.images[rows], "label": self.labels[rows]}
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor], rng: StepRandom):
         x1 = batch["x1"]
@@ -66,13 +72,21 @@ class FlowTask:
             "n0": rng.randn(*shape, like=x1),
             "n1": rng.randn(*shape, like=x1),
         }
-        return flow_loss(model, x1, draws, noise_level=self.cfg.noise_level, distance=self.distance)
+        labels = None
+        if self.cfg.conditional:  # drawn last: an unconditional run's stream is unchanged
+            drop = rng.rand(like=x1) < self.cfg.class_dropout
+            labels = torch.where(drop.to(batch["label"].device), self.cfg.classes,
+                                 batch["label"])  # fmt: skip
+        return flow_loss(model, x1, draws, noise_level=self.cfg.noise_level,
+                         distance=self.distance, labels=labels)  # fmt: skip
 
     def on_eval(self, model: OneStepFlow, step: int, run_dir: Path) -> dict[str, object]:
         cfg = self.cfg
         noise = self.grid_noise.to(next(model.parameters()).device)
         # the run's schedule, trained map alone: the grids show what training made
-        x = model.sample(cfg.sampler.temperature * noise, cfg.sampler.replace(maps="none"))
+        spec = cfg.sampler.replace(maps="none")
+        labels = torch.arange(len(noise)) % cfg.classes if cfg.conditional else None
+        x = model.sample(cfg.sampler.temperature * noise, spec, labels=labels)
         path = Path(run_dir) / "samples" / f"step_{step:08d}.png"
         save_grid(x.clamp(0, 1).cpu(), path, scale=2)
         return {"samples": str(path)}
@@ -98,6 +112,17 @@ class FlowTask:
             return {"calibration": f"failed: {e}"}
         save_calibration(run_dir, fits, step, opts)
         return {"calibration_seconds": time.perf_counter() - start}
+
+
+def class_frequencies(labels: Tensor | None, classes: int) -> Tensor:
+    """The share of each class among ``labels`` (one line if a label is out of range)."""
+    if labels is None or len(labels) == 0:
+        raise LinearizerError("conditional=true needs a labelled dataset")
+    labels = labels.reshape(-1).long()
+    if int(labels.min()) < 0 or int(labels.max()) >= classes:
+        raise LinearizerError(f"the dataset's labels span {int(labels.min())}..{int(labels.max())}"
+                              f", outside classes=0..{classes - 1} (--set classes=N)")  # fmt: skip
+    return torch.bincount(labels, minlength=classes).double() / len(labels)
 
 
 def run_config(run_dir: str | Path) -> FlowConfig:

@@ -18,6 +18,7 @@ True
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -91,6 +92,8 @@ class TimeLoRA(LinearOperator):
     """
 
     time_dependent = True
+    u_net: nn.Sequential
+    v_net: nn.Sequential
 
     def __init__(
         self,
@@ -103,12 +106,13 @@ class TimeLoRA(LinearOperator):
         emb: str = "sinusoidal",
         v_scale: float = 1.0,
         basis: int = 0,
+        classes: int = 0,
     ) -> None:
         super().__init__()
-        if features < 1 or rank < 1 or basis < 0:
+        if features < 1 or rank < 1 or basis < 0 or classes < 0:
             raise LinearizerError(
-                f"TimeLoRA needs features, rank >= 1 and basis >= 0, got {features}, {rank}, "
-                f"{basis}"
+                f"TimeLoRA needs features, rank >= 1 and basis, classes >= 0, got {features}, "
+                f"{rank}, {basis}, {classes}"
             )
         self.in_features = self.out_features = features
         self.rank = rank
@@ -116,12 +120,44 @@ class TimeLoRA(LinearOperator):
         out = features * rank
         self.u_net = hypernetwork(emb_dim, hidden, depth, out, activation, emb, basis)
         self.v_net = hypernetwork(emb_dim, hidden, depth, out, activation, emb, basis)
+        self.classes = classes
+        if classes:
+            # Added to the time embedding; row `classes` is the null class of classifier-free
+            # guidance. Zero at init: every class starts as the unconditional operator.
+            self.u_class = nn.Embedding(classes + 1, emb_dim)
+            self.v_class = nn.Embedding(classes + 1, emb_dim)
+            nn.init.zeros_(self.u_class.weight)
+            nn.init.zeros_(self.v_class.weight)
+
+    @property
+    def null(self) -> int:
+        """The label of the null class (``classes``): the unconditional operator."""
+        return self.classes
+
+    def _labels(self, c: int | Tensor | None, n: int) -> Tensor | None:
+        """``c`` as ``n`` int64 labels on the weights' device (None for an unconditional op)."""
+        if c is None:
+            if self.classes:
+                raise LinearizerError("this operator is class-conditional: pass c (a label in "
+                                      f"0..{self.classes - 1}, or {self.null} for none)")
+            return None
+        if not self.classes:
+            raise LinearizerError("this operator is not class-conditional: it takes no class")
+        cc = torch.as_tensor(c, device=self.u_class.weight.device).reshape(-1).long()
+        if len(cc) == 1:
+            cc = cc.expand(n)
+        if len(cc) != n:
+            raise LinearizerError(f"c has {len(cc)} labels for {n} times")
+        if bool(((cc < 0) | (cc > self.null)).any()):
+            raise LinearizerError(f"class labels must lie in 0..{self.null}, got "
+                                  f"{sorted(set(cc.tolist()))}")  # fmt: skip
+        return cc
 
     def _times(self, t: float | Tensor | None) -> tuple[Tensor, bool]:
         """``t`` as a 1-D tensor in the hypernetwork's dtype, and whether it is per-sample."""
         if t is None:
             raise LinearizerError("TimeLoRA is time-dependent: pass t (a float or a [B] tensor)")
-        ref = self.u_net[1].weight
+        ref = cast(nn.Linear, self.u_net[1]).weight
         if isinstance(t, Tensor):
             if t.dim() > 1:
                 raise LinearizerError(f"t must be a float or a [B] tensor, got {list(t.shape)}")
@@ -129,47 +165,91 @@ class TimeLoRA(LinearOperator):
             return tt, t.dim() == 1 and tt.numel() > 1
         return torch.tensor([float(t)], device=ref.device, dtype=ref.dtype), False
 
-    def factors(self, t: float | Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``(U, V)``: ``[D, r]`` each for one time, ``[B, D, r]`` each for a ``[B]`` tensor."""
+    def factors(
+        self, t: float | Tensor | None = None, c: int | Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``(U, V)``: ``[D, r]`` each for one time, ``[B, D, r]`` each for a ``[B]`` tensor;
+        ``c``: the class (one label, or one per time) of a class-conditional operator."""
         tt, batched = self._times(t)
-        u, v = self._stacked_factors(tt)
+        u, v = self._stacked_factors(tt, self._labels(c, len(tt)))
         return (u, v) if batched else (u[0], v[0])
 
-    def _stacked_factors(self, tt: Tensor) -> tuple[Tensor, Tensor]:
-        u = self.u_net(tt).view(-1, self.out_features, self.rank)
-        v = self.v_net(tt).view(-1, self.in_features, self.rank)
+    def _stacked_factors(self, tt: Tensor, cc: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        u = _run(self.u_net, tt, None if cc is None else self.u_class(cc))
+        v = _run(self.v_net, tt, None if cc is None else self.v_class(cc))
+        u = u.view(-1, self.out_features, self.rank)
+        v = v.view(-1, self.in_features, self.rank)
         return u, (v * self.v_scale if self.v_scale != 1.0 else v)
 
-    def _act(self, z: Tensor, t: float | Tensor | None, left: int) -> Tensor:
+    def _act(
+        self, z: Tensor, t: float | Tensor | None, left: int, c: int | Tensor | None = None
+    ) -> Tensor:
         tt, batched = self._times(t)
         if batched and tt.shape[0] != z.shape[0]:
             raise LinearizerError(f"t has {tt.shape[0]} times for a batch of {z.shape[0]}")
-        # Rows that share a time in a consecutive run share its factors, so the hypernetworks'
-        # big last layer runs once per run instead of once per row.
-        times, counts = torch.unique_consecutive(tt, return_counts=True)
-        u, v = self._stacked_factors(times)
+        if isinstance(c, Tensor) and c.numel() > 1 and not batched:  # one time, a label per row
+            tt, batched = tt.expand(z.shape[0]), True
+        cc = self._labels(c, len(tt))
+        # Rows that share a time (and class) in a consecutive run share its factors, so the
+        # hypernetworks' big last layer runs once per run instead of once per row.
+        if cc is None:
+            times, counts = torch.unique_consecutive(tt, return_counts=True)
+            u, v = self._stacked_factors(times)
+        else:
+            keys, counts = torch.unique_consecutive(
+                torch.stack([tt, cc.to(tt.dtype)], 1), dim=0, return_counts=True)
+            if isinstance(self.u_net[-2], nn.Linear) and 4 * len(keys) > len(tt) and batched:
+                return self._act_rows(z, tt, cc, left)
+            times = keys[:, 0]
+            u, v = self._stacked_factors(times, keys[:, 1].long())
         a, b = (u, v) if left == 0 else (v, u)  # transpose swaps the factors
         if not batched or len(times) == 1:
             return (z @ b[0]) @ a[0].T
-        if len(times) < len(tt):
+        if len(times) < len(tt) and (cc is None or 4 * len(times) <= len(tt)):
             runs = z.split(counts.tolist())
             return torch.cat([(zr @ b[i]) @ a[i].T for i, zr in enumerate(runs)])
+        if len(times) < len(tt):  # mostly single rows (classes): one batched product is faster
+            a, b = a.repeat_interleave(counts, 0), b.repeat_interleave(counts, 0)
         coeff = torch.bmm(z.unsqueeze(1), b)  # [B, 1, r]
         return torch.bmm(coeff, a.transpose(1, 2)).squeeze(1)
 
-    def forward(self, z: Tensor, t: float | Tensor | None = None) -> Tensor:
+    def _act_rows(self, z: Tensor, tt: Tensor, cc: Tensor, left: int) -> Tensor:
+        """``A(t_b, c_b) z_b`` row by row without building any row's factors: with a basis,
+        ``U(t, c) = sum_k h_k(t, c) W_k + W_0``, so ``z^T V`` and ``U coeff`` are two GEMMs
+        against the basis matrices (a conditional batch has nearly one (t, c) per row)."""
+        body_u, body_v = (cast(nn.Sequential, net[:-1]) for net in (self.u_net, self.v_net))
+        hu = _run(body_u, tt, self.u_class(cc))
+        hv = _run(body_v, tt, self.v_class(cc))
+        u_last, v_last = cast(nn.Linear, self.u_net[-1]), cast(nn.Linear, self.v_net[-1])
+        (h_in, last_in), (h_out, last_out) = ((hv, v_last), (hu, u_last))[
+            :: 1 if left == 0 else -1]  # fmt: skip
+        coeff = _contract(z, h_in, last_in, self.rank)
+        out = _expand(coeff * self.v_scale if self.v_scale != 1.0 else coeff, h_out, last_out,
+                      self.rank)  # fmt: skip
+        return out
+
+    def forward(
+        self, z: Tensor, t: float | Tensor | None = None, c: int | Tensor | None = None
+    ) -> Tensor:
         check_rows(z, self.in_features)
-        return self._act(z, t, left=0)
+        return self._act(z, t, 0, c)
 
-    def transpose_apply(self, y: Tensor, t: float | Tensor | None = None) -> Tensor:
+    def transpose_apply(
+        self, y: Tensor, t: float | Tensor | None = None, c: int | Tensor | None = None
+    ) -> Tensor:
         check_rows(y, self.out_features)
-        return self._act(y, t, left=1)
+        return self._act(y, t, 1, c)
 
-    def matrix(self, t: float | Tensor | None = None, dtype: torch.dtype | None = None) -> Tensor:
-        """The dense ``A(t)`` at one time ``t``."""
+    def matrix(
+        self,
+        t: float | Tensor | None = None,
+        dtype: torch.dtype | None = None,
+        c: int | Tensor | None = None,
+    ) -> Tensor:
+        """The dense ``A(t)`` (of class ``c``) at one time ``t``."""
         if isinstance(t, Tensor) and t.numel() != 1:
             raise LinearizerError("matrix(t) needs one time, got a tensor of several")
-        u, v = self.factors(t)
+        u, v = self.factors(t, c)
         if dtype is not None:
             u, v = u.to(dtype), v.to(dtype)
         return u @ v.T
@@ -178,8 +258,98 @@ class TimeLoRA(LinearOperator):
         """This operator frozen at time ``t`` (a view sharing the weights)."""
         return AtTime(self, t)
 
+    def given(self, label: int, guidance: float = 0.0) -> Guided:
+        """``A_{c,w}(t) = (1 + w) A(t, c) - w A(t, null)``: class ``label`` with classifier-free
+        guidance ``w``, as a time-dependent operator of rank ``<= 2 rank`` (a view sharing the
+        weights). The guided velocity ``(1 + w) v_c - w v_null`` is ``(A_{c,w} z - z)/(1 - t)``,
+        still linear in z, so a solver over this view collapses into one exact matrix."""
+        return Guided(self, label, guidance)
+
     def extra_repr(self) -> str:
-        return f"features={self.in_features}, rank={self.rank}, v_scale={self.v_scale}"
+        extra = f", classes={self.classes}" if self.classes else ""
+        return f"features={self.in_features}, rank={self.rank}, v_scale={self.v_scale}{extra}"
+
+
+def _run(net: nn.Sequential, tt: Tensor, class_emb: Tensor | None) -> Tensor:
+    """A hypernetwork on times ``tt``, its time embedding shifted by a class embedding."""
+    if class_emb is None:
+        return net(tt)
+    h = net[0](tt) + class_emb.to(tt.dtype)
+    for layer in list(net)[1:]:
+        h = layer(h)
+    return h
+
+
+def _contract(z: Tensor, h: Tensor, last: nn.Linear, rank: int) -> Tensor:
+    """``z_b^T F_b`` ``[B, r]`` for the per-row factor ``F_b = reshape(last(h_b), [D, r])``."""
+    basis = h.shape[1]
+    w = last.weight.view(-1, rank * basis)  # [D, r * basis]: out index d * r + j
+    p = (z @ w).view(len(z), rank, basis)
+    return (p * h[:, None, :]).sum(-1) + z @ last.bias.view(-1, rank)
+
+
+def _expand(coeff: Tensor, h: Tensor, last: nn.Linear, rank: int) -> Tensor:
+    """``F_b coeff_b`` ``[B, D]`` for the per-row factor ``F_b = reshape(last(h_b), [D, r])``."""
+    basis = h.shape[1]
+    w = last.weight.view(-1, rank * basis)
+    outer = (coeff[:, :, None] * h[:, None, :]).reshape(len(coeff), rank * basis)
+    return outer @ w.T + coeff @ last.bias.view(-1, rank).T
+
+
+class Guided(LinearOperator):
+    """``(1 + w) A(t, c) - w A(t, null)`` of a class-conditional :class:`TimeLoRA`, as a
+    time-dependent operator whose factors are the two classes' side by side (rank ``2 r``;
+    ``r`` when ``w = 0``). See :meth:`TimeLoRA.given`.
+
+    >>> op = TimeLoRA(features=6, rank=2, emb_dim=8, hidden=16, classes=3)
+    >>> g = op.given(1, guidance=2.0)
+    >>> a = 3 * op.matrix(0.5, c=1) - 2 * op.matrix(0.5, c=op.null)
+    >>> bool(torch.allclose(g.matrix(0.5), a, atol=1e-6))
+    True
+    """
+
+    time_dependent = True
+
+    def __init__(self, op: TimeLoRA, label: int, guidance: float = 0.0) -> None:
+        super().__init__()
+        if not op.classes:
+            raise LinearizerError("guidance needs a class-conditional operator")
+        if isinstance(label, bool) or int(label) != label or not 0 <= label <= op.null:
+            raise LinearizerError(f"class label must be an integer in 0..{op.null}, got {label!r}")
+        if not math.isfinite(guidance):
+            raise LinearizerError(f"guidance must be a finite number, got {guidance!r}")
+        self.op, self.label, self.guidance = op, int(label), float(guidance)
+        self.in_features, self.out_features = op.in_features, op.out_features
+
+    def factors(self, t: float | Tensor | None = None) -> tuple[Tensor, Tensor]:
+        u, v = self.op.factors(t, self.label)
+        w = self.guidance
+        if w == 0.0:
+            return u, v
+        un, vn = self.op.factors(t, self.op.null)
+        return torch.cat([(1 + w) * u, -w * un], -1), torch.cat([v, vn], -1)
+
+    def forward(self, z: Tensor, t: float | Tensor | None = None) -> Tensor:
+        out = self.op(z, t, self.label)
+        if self.guidance == 0.0:
+            return out
+        return (1 + self.guidance) * out - self.guidance * self.op(z, t, self.op.null)
+
+    def transpose_apply(self, y: Tensor, t: float | Tensor | None = None) -> Tensor:
+        out = self.op.transpose_apply(y, t, self.label)
+        if self.guidance == 0.0:
+            return out
+        w = self.guidance
+        return (1 + w) * out - w * self.op.transpose_apply(y, t, self.op.null)
+
+    def matrix(self, t: float | Tensor | None = None, dtype: torch.dtype | None = None) -> Tensor:
+        u, v = self.factors(t)
+        if dtype is not None:
+            u, v = u.to(dtype), v.to(dtype)
+        return u @ v.T
+
+    def extra_repr(self) -> str:
+        return f"label={self.label}, guidance={self.guidance}"
 
 
 class AtTime(LinearOperator):

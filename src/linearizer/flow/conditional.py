@@ -1,0 +1,184 @@
+"""Evaluating a class-conditional one-step flow: class accuracy and a guidance sweep.
+
+A conditional model (``conditional=true``) holds one exact linear generator per class and
+guidance weight, ``x = g_data^-1(B_{c,w} g_noise(x0))``. :func:`guidance_sweep` draws, for each
+``w``, the same ``n`` noise images and the same classes (from the training frequencies), samples
+the class mixture, and measures:
+
+* the mixture's FID (LeNet), FID (judge), precision and recall against the test images
+  (:class:`~linearizer.flow.evaluate.Reference`);
+* per class, the share of samples that the LeNet, and the held-out judge
+  (:mod:`linearizer.metrics.judge`), classify as the class asked for.
+
+Every row names its full :class:`~linearizer.flow.spec.SamplerSpec`; the trained map alone is
+the only sampler a conditional model has (no post-hoc maps are fitted for it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..errors import LinearizerError
+from ..io import write_json, write_text
+from ..metrics.classifier import lenet_view, load_classifier, predict_logits
+from .evaluate import EvalOptions, Progress, Reference, draw_samples
+from .model import OneStepFlow
+from .spec import SamplerSpec
+
+GUIDANCE = (0.0, 0.5, 1.0, 2.0, 4.0)
+
+
+def class_accuracy(predicted: Tensor, labels: Tensor, classes: int) -> list[float]:
+    """Per class, the share of rows asked for it that were predicted as it (NaN if none).
+
+    >>> class_accuracy(torch.tensor([0, 1, 1, 2]), torch.tensor([0, 1, 2, 2]), 3)
+    [1.0, 1.0, 0.5]
+    """
+    out = []
+    for c in range(classes):
+        rows = labels == c
+        out.append(float((predicted[rows] == c).double().mean()) if rows.any() else float("nan"))
+    return out
+
+
+def guidance_sweep(
+    model: OneStepFlow,
+    reference: Tensor,
+    spec: SamplerSpec,
+    guidances: Sequence[float] = GUIDANCE,
+    opts: EvalOptions | None = None,
+    progress: Progress | None = None,
+) -> tuple[dict, dict[str, Tensor]]:
+    """One row per guidance weight: the class mixture's quality and per-class accuracy.
+
+    Every row draws the same noise and classes (``opts.seed``). Returns ``(results,
+    samples)``, ``samples`` holding one 10-per-class grid per row (class ``c`` in column ``c``).
+    """
+    if not model.classes:
+        raise LinearizerError("guidance_sweep needs a class-conditional model")
+    opts = opts or EvalOptions()
+    opts.check()
+    spec = spec.replace(label=None)
+    ref = Reference(reference, load_classifier(), opts)
+    gen = torch.Generator().manual_seed(opts.seed)
+    noise = spec.noise(opts.n, model.image_shape, gen)
+    labels = model.draw_labels(opts.n, gen)
+    grid_labels = torch.arange(model.classes).repeat(8)
+    grid_noise = spec.noise(len(grid_labels), model.image_shape, gen)
+    rows, grids = [], {}
+    for w in guidances:
+        row_spec = spec.replace(guidance=float(w))
+        start = time.perf_counter()
+        images = draw_samples(model, noise, row_spec, opts, progress, labels=labels)
+        seconds = time.perf_counter() - start
+        measured = ref.measure(images)
+        view = lenet_view(images)
+        lenet_acc = class_accuracy(predict_logits(ref.classifier, view).argmax(1), labels,
+                                   model.classes)  # fmt: skip
+        judge_acc = class_accuracy(predict_logits(ref.judge, view).argmax(1), labels,
+                                   model.classes)  # fmt: skip
+        name = f"w={w:g}"
+        rows.append({"name": name, "what": f"class mixture, {row_spec.describe()}",
+                     "spec": row_spec.to_dict(), "sample_seconds": seconds, **measured,
+                     "lenet_accuracy": lenet_acc, "judge_accuracy": judge_acc,
+                     "lenet_accuracy_mean": _mean(lenet_acc),
+                     "lenet_accuracy_min": min(lenet_acc),
+                     "judge_accuracy_mean": _mean(judge_acc),
+                     "judge_accuracy_min": min(judge_acc)})  # fmt: skip
+        with torch.no_grad():
+            grids[name] = model.sample(grid_noise.to(noise.dtype), row_spec,
+                                       labels=grid_labels).float().cpu()  # fmt: skip
+    results = {"n": opts.n, "classes": model.classes,
+               "class_prior": model.class_prior.double().tolist(), "options": asdict(opts),
+               "rows": rows}  # fmt: skip
+    return results, grids
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+COLUMNS = (
+    ("FID (LeNet)", "fid_lenet", "{:.1f}"),
+    ("FID (judge)", "fid_judge", "{:.1f}"),
+    ("precision", "precision", "{:.3f}"),
+    ("recall", "recall", "{:.3f}"),
+    ("accuracy (LeNet) mean / min", None, None),
+    ("accuracy (judge) mean / min", None, None),
+)
+
+
+def markdown_tables(results: dict) -> str:
+    """The sweep table (one row per w) and the per-class accuracy table."""
+    head = "| sampler | " + " | ".join(c[0] for c in COLUMNS) + " |"
+    lines = [head, "|" + "---|" * (len(COLUMNS) + 1)]
+    for row in results["rows"]:
+        cells = [fmt.format(row[key]) for _, key, fmt in COLUMNS if key]
+        cells.append(f"{row['lenet_accuracy_mean']:.3f} / {row['lenet_accuracy_min']:.3f}")
+        cells.append(f"{row['judge_accuracy_mean']:.3f} / {row['judge_accuracy_min']:.3f}")
+        lines.append(f"| {row['name']}: {row['what']} | " + " | ".join(cells) + " |")
+    classes = results["classes"]
+    lines += ["", "Per class, the share of samples classified as the class asked for "
+              "(LeNet / judge):", "",
+              "| w | " + " | ".join(str(c) for c in range(classes)) + " |",
+              "|" + "---|" * (classes + 1)]  # fmt: skip
+    for row in results["rows"]:
+        pairs = zip(row["lenet_accuracy"], row["judge_accuracy"], strict=True)
+        lines.append(f"| {row['name']} | " + " | ".join(f"{a:.3f} / {b:.3f}" for a, b in pairs)
+                     + " |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def sweep_figure(results: dict, path: Path) -> Path | None:
+    """FID (LeNet) and FID (judge) against mean LeNet accuracy, one point per w (None
+    without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = results["rows"]
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for key, label in (("fid_lenet", "FID (LeNet)"), ("fid_judge", "FID (judge)")):
+        xs = [r["lenet_accuracy_mean"] for r in rows]
+        ys = [r[key] for r in rows]
+        ax.plot(xs, ys, "o-", label=label)
+        for r, x, y in zip(rows, xs, ys, strict=True):
+            ax.annotate(r["name"], (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("class accuracy of the samples (LeNet, mean over classes)")
+    ax.set_ylabel("FID of the class mixture")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def write_sweep(results: dict, grids: dict[str, Tensor], out: str | Path) -> list[Path]:
+    """``results.json``, ``results.md``, ``guidance.png`` and one class grid per w."""
+    from ..data import save_grid
+
+    out = Path(out)
+    paths = [write_json(out / "results.json", results)]
+    title = results.get("title", "Class-conditional evaluation")
+    paths.append(write_text(out / "results.md", f"# {title}\n\n{markdown_tables(results)}"))
+    fig = sweep_figure(results, out / "guidance.png")
+    if fig is not None:
+        paths.append(fig)
+    for name, images in grids.items():
+        path = out / f"grid_{name.replace('=', '')}.png"
+        save_grid(images.clamp(0, 1), path, nrow=results["classes"], scale=2)
+        paths.append(path)
+    return paths
