@@ -12,6 +12,8 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -41,9 +43,11 @@ pytestmark = pytest.mark.skipif(
 WAIT_S = 60  # generous: the first page load compiles nothing, but CI machines are slow
 
 
-def _smoke(tmp_path_factory, kind: str) -> str:
+def _smoke(tmp_path_factory, kind: str, *settings: str) -> str:
     run = str(tmp_path_factory.mktemp("browser") / kind)
     argv = ["train", kind, "--preset", "smoke", "--out", run, "--set", "progress=false"]
+    for setting in settings:
+        argv += ["--set", setting]
     assert main(argv) == 0
     return run
 
@@ -117,6 +121,8 @@ def test_generate_walk_and_invert(page):
     wait.until(lambda d: "PSNR" in d.find_element(By.ID, "generate-text").text)
     one, multi = _pixels(_src(page, "one-step")), _pixels(_src(page, "multi-step"))
     assert one.shape == multi.shape and one.std() > 0
+    if not os.environ.get("LINEARIZER_EXPLORE_RUN"):  # an unconditional run: no class picker
+        assert not page.find_elements(By.ID, "generate-class")
     _shot(page, "generate")
 
     _tab(page, "Walk")
@@ -145,6 +151,45 @@ def test_generate_walk_and_invert(page):
     seen = _pixels(_src(page, "invert-input"))
     assert seen.std() > 0
     _shot(page, "invert")
+
+
+def test_class_picker_of_a_conditional_run(browser, tmp_path_factory):
+    """A class-conditional run's Generate tab has the class picker and the guidance slider;
+    generating class 1 names it in the caption."""
+    run = _smoke(tmp_path_factory, "flow", "conditional=true", "classes=3")
+    demo = _open(browser, run)
+    try:
+        wait = WebDriverWait(browser, WAIT_S)
+        picker = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#generate-class input"))
+        assert picker[0].get_attribute("value") == "mixture"
+        assert browser.find_elements(By.CSS_SELECTOR, "#generate-guidance input[type='range']")
+        picker[0].click()
+        options = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "ul[role='listbox'] li"))
+        names = [o.text.split("\n")[-1].strip() for o in options]  # after the chosen one's ✓
+        assert names == ["mixture", "0", "1", "2"]
+        options[2].click()  # class 1
+        browser.find_element(By.ID, "generate-button").click()
+        wait.until(lambda d: "class 1" in d.find_element(By.ID, "generate-text").text)
+        assert "mixture" not in browser.find_element(By.ID, "generate-text").text
+    finally:
+        demo.close()
+
+
+def test_screenshot_script_on_a_conditional_run(tmp_path_factory, tmp_path):
+    """scripts/explore_screenshots.py (docs/explore's screenshots) stays runnable: one PNG per
+    flow tab, with a class and guidance picked."""
+    run = _smoke(tmp_path_factory, "flow", "conditional=true", "classes=3")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "explore_screenshots.py"
+    cmd = [sys.executable, str(script), run, "--out", str(tmp_path), "--class", "2",
+           "--guidance", "1", "--walk", "1"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("generate", "walk", "invert"):
+        with Image.open(tmp_path / f"{name}.png") as img:
+            assert img.width == 1280 and img.height > 500
+    bad = subprocess.run([sys.executable, str(script), str(tmp_path / "missing")],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("explore_screenshots: error:")
 
 
 def test_project_and_restore(browser, tmp_path_factory):

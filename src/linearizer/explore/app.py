@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import LinearizerError
+from .flow_views import ALL, MAX_GUIDANCE, FlowViews
 from .images import MAX_UPLOAD_BYTES, UPLOAD_HINT
 from .projective_views import RESTORE_METHODS
 from .session import FLOW_TABS, PROJECT_TAB, STYLE_TAB, Explorer, pick_picture
@@ -60,7 +61,7 @@ def build_app(run: Any, **options: Any):
     go to :class:`Explorer`)."""
     gr = gradio()
     ex = run if isinstance(run, Explorer) else Explorer(run, **options)
-    with gr.Blocks(title=f"linearizer explore: {ex.run.path}") as demo:
+    with gr.Blocks(title=f"linearizer explore: {ex.name}") as demo:
         gr.Markdown(f"## linearizer explore\n{ex.describe()}")
         with gr.Tabs():
             if ex.flow:
@@ -116,6 +117,41 @@ def _source(file: Any, picture: Any, seed: Any, fallback: str = "the sample of s
 # ----------------------------------------------------------------------------- flow tabs
 
 
+def _condition(gr: Any, f: FlowViews, tab: str) -> list[Any]:
+    """A class-conditional run's class picker and guidance slider (none for another run)."""
+    if not f.classes:
+        return []
+    w = float(f.spec.guidance)
+    with gr.Row():
+        label = gr.Dropdown(
+            f.class_choices,
+            value=f.default_class,
+            label="class (mixture: drawn from the training frequencies)",
+            elem_id=f"{tab}-class",
+        )
+        guidance = gr.Slider(
+            0,
+            max(MAX_GUIDANCE, w),  # a larger --guidance still shows on the slider
+            value=w,
+            step=0.5,
+            label="guidance w",
+            elem_id=f"{tab}-guidance",
+        )
+    return [label, guidance]
+
+
+def _image_class(gr: Any, f: FlowViews) -> list[Any]:
+    """A conditional run's pickers of the inverted image's class and the class to swap it to."""
+    if not f.classes:
+        return []
+    first = str(f.first.spec.label)
+    label = gr.Dropdown(f.class_choices[1:], value=first, label="the image's class",
+                        elem_id="invert-class")  # fmt: skip
+    swap = gr.Dropdown([ALL, *f.class_choices[1:]], value=ALL, label="swap to class",
+                       elem_id="swap-class")  # fmt: skip
+    return [label, swap]
+
+
 def _generate_tab(gr: Any, ex: Explorer) -> None:
     f = ex.flow
     with gr.Tab(FLOW_TABS[0]):
@@ -124,6 +160,7 @@ def _generate_tab(gr: Any, ex: Explorer) -> None:
             count = gr.Slider(1, 16, value=8, step=1, label="count")
             steps = gr.Slider(1, 1000, value=f.steps, step=1, label="T (solver steps)")
             method = gr.Radio(["euler", "rk4"], value=f.method, label="method")
+        condition = _condition(gr, f, "generate")
         button = gr.Button("Generate", variant="primary", elem_id="generate-button")
         with gr.Row():
             one = _image(gr, "one step: g_data⁻¹(B g_noise(x0))", elem_id="one-step")
@@ -131,7 +168,7 @@ def _generate_tab(gr: Any, ex: Explorer) -> None:
         text = gr.Markdown(elem_id="generate-text")
         button.click(
             guarded(f.generate, 2),
-            [seed, count, steps, method],
+            [seed, count, steps, method, *condition],
             [one, multi, text],
             api_name="generate",
         )
@@ -147,14 +184,15 @@ def _walk_tab(gr: Any, ex: Explorer, demo: Any) -> None:
         )
         with gr.Row():
             with gr.Column():
-                seed = gr.Number(0, label="seed", precision=0)
+                seed = gr.Number(0, label="seed", precision=0, elem_id="walk-seed")
+                condition = _condition(gr, f, "walk")
                 sliders = [
                     gr.Slider(
                         -5,
                         5,
                         value=0,
                         step=0.1,
-                        label=f"c{i + 1} (σ{i + 1} = {float(s):.3g})",
+                        label=_walk_label(f, i, s),
                         elem_id=f"walk-c{i + 1}",
                     )
                     for i, s in enumerate(f.sigma[: f.k])
@@ -164,17 +202,23 @@ def _walk_tab(gr: Any, ex: Explorer, demo: Any) -> None:
                 base = _image(gr, "sample of the seed (c = 0)", elem_id="walk-base")
                 text = gr.Markdown(elem_id="walk-text")
 
-        def walk(seed: float, *c: float) -> tuple:
-            return f.walk(int(seed or 0), c)
+        def walk(seed: float, *values: Any) -> tuple:
+            label, w = values[: len(condition)] if condition else (None, None)
+            return f.walk(int(seed or 0), values[len(condition) :], label, w)
 
         gr.on(
-            [demo.load, seed.change, *(s.change for s in sliders)],
+            [demo.load, seed.change, *(c.change for c in condition), *(s.change for s in sliders)],
             guarded(walk, 2),
-            [seed, *sliders],
+            [seed, *condition, *sliders],
             [walked, base, text],
             api_name="walk",
             trigger_mode="always_last",
         )
+
+
+def _walk_label(f: FlowViews, i: int, sigma: Any) -> str:
+    # a conditional run's σ depend on the class picked: the caption prints them
+    return f"c{i + 1}" if f.classes else f"c{i + 1} (σ{i + 1} = {float(sigma):.3g})"
 
 
 def _invert_tab(gr: Any, ex: Explorer) -> None:
@@ -183,22 +227,35 @@ def _invert_tab(gr: Any, ex: Explorer) -> None:
         draw, upload = _inputs(gr, "digit")
         with gr.Row():
             seed = gr.Number(0, label="seed of the sample used when nothing is drawn", precision=0)
+            classes = _image_class(gr, f)
             button = gr.Button("Invert", variant="primary", elem_id="invert-button")
         with gr.Row():
             seen = _image(gr, "input x as the model sees it", elem_id="invert-input")
             noise = _image(gr, "its noise x0 = g_noise⁻¹(B⁻¹ g_data(x))")
             again = _image(gr, "regenerated f(x0)")
+        swapped = [_image(gr, "x, then its noise drawn as each class: g_data⁻¹(B_t B_c⁻¹ "
+                          "g_data(x))", elem_id="swap-strip")] if classes else []  # fmt: skip
         text = gr.Markdown(elem_id="invert-text")
+        label = classes[0] if classes else None
 
-        def invert(drawing: Any, file: Any, seed: float) -> tuple:
+        def invert(drawing: Any, file: Any, seed: float, *picked: Any) -> tuple:
             picture = pick_picture(file, drawing)
             source = _source(file, picture, seed)
-            picture = f.sample_picture(int(seed or 0)) if picture is None else picture
-            *pictures, text = f.invert(picture)
-            return (*pictures, f"Input: {source}. {text}")
+            c = picked[0] if picked else None
+            picture = f.sample_picture(int(seed or 0), c) if picture is None else picture
+            *pictures, text = f.invert(picture, c)
+            if not picked:
+                return (*pictures, f"Input: {source}. {text}")
+            strip, swap_text = f.swap(picture, c, picked[1])
+            return (*pictures, strip, f"Input: {source}. {text}\n\n{swap_text}")
 
-        button.click(
-            guarded(invert, 3), [draw, upload, seed], [seen, noise, again, text], api_name="invert"
+        outputs = [seen, noise, again, *swapped, text]
+        gr.on(
+            [button.click, *(c.change for c in classes)],
+            guarded(invert, len(outputs) - 1),
+            [draw, upload, seed, *classes],
+            outputs,
+            api_name="invert",
         )
 
         gr.Markdown("### Interpolate from the picture above to a second one")
@@ -212,17 +269,18 @@ def _invert_tab(gr: Any, ex: Explorer) -> None:
         text2 = gr.Markdown()
 
         def interpolate(
-            drawing: Any, file: Any, seed: float, other: Any, seed_b: float, frames: float
-        ) -> tuple:
+            drawing: Any, file: Any, seed: float, other: Any, seed_b: float, frames: float,
+            c: Any = None,
+        ) -> tuple:  # fmt: skip
             a = pick_picture(file, drawing)
-            a = f.sample_picture(int(seed or 0)) if a is None else a
+            a = f.sample_picture(int(seed or 0), c) if a is None else a
             b = pick_picture(other, None)
-            b = f.sample_picture(int(seed_b or 0)) if b is None else b
-            return f.interpolate(a, b, int(frames))
+            b = f.sample_picture(int(seed_b or 0), c) if b is None else b
+            return f.interpolate(a, b, int(frames), c)
 
         go.click(
             guarded(interpolate, 2),
-            [draw, upload, seed, second, seed_b, frames],
+            [draw, upload, seed, second, seed_b, frames, *([label] if label else [])],
             [in_noise, in_latent, text2],
             api_name="interpolate",
         )

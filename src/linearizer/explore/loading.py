@@ -11,6 +11,7 @@ PROJECTIVE_KINDS = ("projective", "ours", "ign")  # "ours": the projective label
 
 def open_run(spec: str | Path) -> Any:
     """The run ``spec`` names (``training.runs.Run``: kind, model, config, step, path)."""
+    from .. import pretrained  # noqa: F401 (the loader learns "pretrained:NAME" from it)
     from ..training.runs import load_run
 
     return load_run(str(spec))

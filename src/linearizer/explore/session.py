@@ -28,7 +28,8 @@ STYLE_TAB = "Style"
 class Explorer:
     """The tabs' handlers for ``run`` (any object with ``kind``, ``model``, ``config``,
     ``step`` and ``path``). Flow runs compute ``B`` and its SVD here, once. ``index``: a style
-    run of the index model (``bank=index``) shown beside a style bank's mixtures."""
+    run of the index model (``bank=index``) shown beside a style bank's mixtures. ``name``: what
+    the page calls the run (default: its folder)."""
 
     def __init__(
         self,
@@ -37,8 +38,10 @@ class Explorer:
         k: int = 6,
         spec: Any = None,
         index: Any = None,
+        name: str | None = None,
     ) -> None:
         self.run = run
+        self.name = str(name or run.path)
         self.kind = kind_of(run)
         self.flow: FlowViews | None = None
         self.projective: ProjectiveViews | None = None
@@ -70,15 +73,24 @@ class Explorer:
     def describe(self) -> str:
         """One Markdown paragraph about the run."""
         run = self.run
-        text = f"**{run.path}**: a {self.kind} run at step {run.step}."
+        text = f"**{self.name}**: a {self.kind} run at step {run.step}."
         if self.flow:
             f = self.flow
             cond = float(f.sigma[0] / f.sigma[-1])
+            label, w = f.first.spec.condition
+            which = f" of class {label}" + (f", guidance {w:g}" if w else "")
             text += (
-                f" One-step generator f = g_data⁻¹ B g_noise with B = {f.method} T={f.steps} "
+                f" One-step generator f = g_data⁻¹ B g_noise with B = {f.method} T={f.steps}"
+                f"{which if f.classes else ''} "
                 f"({f.b.shape[0]}×{f.b.shape[1]}, condition number {cond:.3g}), images "
                 f"{'×'.join(map(str, f.shape))}."
             )
+            if f.classes:
+                text += (
+                    f" Class-conditional: {f.classes} classes, one exact generator per class c "
+                    f"and guidance w (B collapses (1 + w) A(t, c) − w A(t, ∅)); the mixture "
+                    f"draws classes by the training frequencies."
+                )
         return text
 
 
