@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+import linearizer.pretrained  # noqa: F401  (registers pretrained:NAME)
 from linearizer.data import load_mnist
 from linearizer.flow.calibration import FitOptions, calibration_info
 from linearizer.flow.evaluate import EvalOptions, Reference

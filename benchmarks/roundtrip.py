@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import linearizer.pretrained  # noqa: F401  (registers pretrained:NAME)
 from linearizer.data import load_mnist
 from linearizer.errors import LinearizerError
 from linearizer.flow.factored import apply_rows, solve_rows

@@ -1,12 +1,20 @@
 """The package's imports point down the layer table of docs/architecture.md, with no cycles.
 
 Every ``import`` in ``src/linearizer`` counts, also those inside functions (a lazy import is
-still a dependency); ``importlib`` calls by name (presets, run kinds) do not.
+still a dependency), and so does every import by a name written in the source:
+``importlib.import_module("linearizer.x")``, ``__import__("linearizer.x")``, or either called
+with a module-level constant holding that name. A name computed at run time cannot be followed:
+:func:`lookups` lists those calls (an application found by its kind, as presets and run kinds
+are), and a test pins the list, so a new one is a decision, not an accident.
+
+``python tests/test_layering.py [PACKAGE_DIR]`` prints the layer table, the circles and the
+lookups of ``src/linearizer`` or of another copy of the package (an older checkout, say).
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "linearizer"
@@ -24,23 +32,73 @@ LAYERS = [
 ]
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+IMPORTERS = {"import_module", "__import__"}  # importlib.import_module or a bare name
+
+
+def module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
+def _sources(package: Path) -> dict[str, tuple[Path, ast.Module]]:
+    return {module_name(p, package): (p, ast.parse(p.read_text(encoding="utf-8")))
+            for p in sorted(package.rglob("*.py"))}  # fmt: skip
+
+
+def _import_calls(tree: ast.Module) -> list[ast.Call]:
+    """``import_module(...)`` / ``importlib.import_module(...)`` / ``__import__(...)`` calls."""
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and node.args]
+    return [c for c in calls if getattr(c.func, "id", getattr(c.func, "attr", "")) in IMPORTERS]
+
+
+def _constants(tree: ast.Module) -> dict[str, str]:
+    """Module-level ``NAME = "text"`` assignments."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and isinstance(node.value.value, str):
+                    out[target.id] = node.value.value
+    return out
+
+
+def _named_import(call: ast.Call, constants: dict[str, str]) -> str | None:
+    """The module a dynamic import names in the source, or None when it is computed."""
+    arg = call.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.Name):
+        return constants.get(arg.id)
+    return None
+
+
+def lookups(package: Path = PACKAGE) -> list[str]:
+    """``module: call`` for each dynamic import whose module name is computed at run time."""
+    found = []
+    for name, (_, tree) in _sources(package).items():
+        constants = _constants(tree)
+        for call in _import_calls(tree):
+            if _named_import(call, constants) is None:
+                found.append(f"{name}: {ast.unparse(call)}")
+    return found
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     """``{module: modules it imports}`` inside the package (submodules, not their package, for
-    ``from . import x``)."""
-    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    ``from . import x``), dynamic imports by a written name included."""
+    sources = _sources(package)
+    files = {name: path for name, (path, _) in sources.items()}
+    root = package.name
     graph: dict[str, set[str]] = {}
-    for name, path in files.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for name, (path, tree) in sources.items():
+        package_of = name if path.name == "__init__.py" else name.rpartition(".")[0]
         deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        constants = _constants(tree)
+        deps.update(filter(None, (_named_import(c, constants) for c in _import_calls(tree))))
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = package_of.split(".")[: len(package_of.split(".")) - node.level + 1]
                     target = ".".join(base + ([node.module] if node.module else []))
                 else:
                     target = node.module or ""
@@ -48,7 +106,8 @@ def import_graph() -> dict[str, set[str]]:
                 deps.update(subs if len(subs) == len(node.names) else [target])
             elif isinstance(node, ast.Import):
                 deps.update(a.name for a in node.names)
-        graph[name] = {_owner(d, files) for d in deps if d.startswith("linearizer")} - {name, ""}
+        inside = {d for d in deps if d == root or d.startswith(root + ".")}
+        graph[name] = {_owner(d, files) for d in inside} - {name, ""}
     return graph
 
 
@@ -124,6 +183,46 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def _write_package(root: Path, files: dict[str, str]) -> Path:
+    package = root / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for name, text in files.items():
+        (package / f"{name}.py").write_text(text)
+    return package
+
+
+def test_a_circle_through_a_dynamic_import_is_found(tmp_path):
+    """``runs`` reaching ``pretrained`` by name while ``pretrained`` imports ``runs`` (the
+    circle of this package's first redesign), in each way a name can be written."""
+    lazy = "import importlib\n\n\ndef up():\n    return importlib.import_module({})\n"
+    for i, call in enumerate(['"pkg.pretrained"', "HOME", "name"]):
+        package = _write_package(tmp_path / str(i), {
+            "runs": f'HOME = "pkg.pretrained"\nname = HOME\n{lazy.format(call)}',
+            "pretrained": "from .runs import up\n",
+        })  # fmt: skip
+        found = cycles(import_graph(package))
+        if call == "name":  # computed at run time: not followed, but listed
+            assert found == [] and lookups(package) == ["pkg.runs: importlib.import_module(name)"]
+        else:
+            assert found == [["pkg.pretrained", "pkg.runs"]], call
+    bare = {"a": '__import__("pkg.b")\n', "b": "import pkg.a\n"}
+    package = _write_package(tmp_path / "bare", bare)
+    assert cycles(import_graph(package)) == [["pkg.a", "pkg.b"]]
+
+
+def test_the_dynamic_imports_that_cannot_be_followed_are_the_known_lookups():
+    """Each finds an application by the kind a run or preset names; none goes to pretrained."""
+    assert lookups() == [
+        "linearizer.cli.common: importlib.import_module(__package__)",
+        "linearizer.cli.common: importlib.import_module(f'{__package__}.{n}')",
+        "linearizer.cli.main: importlib.import_module(__package__)",
+        "linearizer.cli.main: importlib.import_module(f'{__package__}.{info.name}')",
+        "linearizer.training.config: importlib.import_module(f'linearizer.{kind}')",
+        "linearizer.training.runs: importlib.import_module(_HOMES[name])",
+    ]
+
+
 def package_table() -> str:
     """The Markdown table of docs/architecture.md: each package, its layer, what it imports."""
     deps: dict[str, set[str]] = {}
@@ -143,5 +242,16 @@ def _top(module: str) -> str:
     return parts[1] if len(parts) > 1 else "linearizer"
 
 
-if __name__ == "__main__":  # python tests/test_layering.py: regenerate the architecture table
-    print(package_table())
+def report(package: Path = PACKAGE) -> str:
+    """The layer table (for the package itself), then its circles and its unfollowed lookups."""
+    found = cycles(import_graph(package))
+    lines = [package_table(), ""] if package == PACKAGE else []
+    lines.append(f"{len(found)} circle(s), dynamic imports by a written name followed")
+    lines += ["  " + " <-> ".join(c) for c in found]
+    lines.append("dynamic imports by a computed name (not followed):")
+    lines += ["  " + entry for entry in lookups(package)]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python tests/test_layering.py [PACKAGE_DIR]
+    print(report(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else PACKAGE))

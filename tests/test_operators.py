@@ -1,14 +1,23 @@
-"""Linear operators: batch action, transpose and factors against their dense matrices (float64)."""
+"""Linear operators: batch action, transpose and factors against their dense matrices (float64).
+
+Every :class:`LinearOperator` of the package (the style bank's weighted operator and the guided
+class-conditional view included) passes the shipped contract,
+:class:`linearizer.testing.LinearOperatorTests`, through one case in ``CONTRACT``; a test checks
+that no class of the package is left out.
+"""
 
 from __future__ import annotations
 
+import importlib
 import math
+import pkgutil
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import linearizer
 from linearizer.errors import LinearizerError
 from linearizer.operators import (
     ChannelMix,
@@ -23,6 +32,10 @@ from linearizer.operators import (
     TimeLoRA,
     apply_depthwise,
 )
+from linearizer.operators.base import LinearOperator
+from linearizer.operators.lora import AtTime, Guided
+from linearizer.style.bank import WeightedStyleOperator
+from linearizer.testing import LinearOperatorTests
 from tolerance import assert_near, eps, rel_err
 
 F64 = torch.float64
@@ -66,27 +79,77 @@ def op(request: pytest.FixtureRequest) -> torch.nn.Module:
     return perturbed(OPERATORS[request.param]())
 
 
-def test_forward_and_transpose_match_matrix(op) -> None:
-    m = op.matrix(dtype=F64)
-    assert m.shape == (op.out_features, op.in_features)
-    z = torch.randn(3, op.in_features, dtype=F64)
-    y = torch.randn(3, op.out_features, dtype=F64)
-    assert rel(op(z), z @ m.T) < 1e-12
-    assert rel(op.transpose_apply(y), y @ m) < 1e-12
+# ----------------------------------------------------------------------------- the contract
 
 
-def test_matrix_in_other_dtype(op) -> None:
-    assert op.matrix(dtype=torch.float32).dtype == torch.float32
+def weighted_style() -> WeightedStyleOperator:
+    """Two styles' depthwise kernels, with channel mixes and without, plus 0.3 I."""
+    kernels, mixes = torch.randn(2, 3, 3, 3), torch.randn(2, 3, 3)
+    return WeightedStyleOperator(kernels, mixes, torch.tensor([0.7, -0.4]), 0.3, (3, 4, 5))
 
 
-FACTORED = [name for name in sorted(OPERATORS) if OPERATORS[name]().factors() is not None]
+def guided(guidance: float) -> Guided:
+    return TimeLoRA(6, rank=2, emb_dim=8, hidden=16, classes=3).given(1, guidance)
 
 
-@pytest.mark.parametrize("name", FACTORED)
-def test_factors_reproduce_matrix(name) -> None:
-    op = perturbed(OPERATORS[name]())
-    u, v = op.factors()
-    assert rel(u @ v.T, op.matrix()) < 1e-12
+# name -> (operator factory, the time it is checked at)
+CONTRACT = {
+    **{name: (factory, None) for name, factory in OPERATORS.items()},
+    "lora": (lambda: TimeLoRA(6, rank=2, emb_dim=8, hidden=16), 0.3),
+    "guided": (lambda: guided(2.0), 0.37),
+    "guided-unguided": (lambda: guided(0.0), 0.37),
+    "guided-at": (lambda: AtTime(guided(2.0), 0.37), None),
+    "weighted-style": (weighted_style, None),
+    "weighted-style-depthwise": (
+        lambda: WeightedStyleOperator(torch.randn(2, 3, 3, 3), None, torch.tensor([0.5, 1.5]),
+                                      0.0, (3, 4, 4)),
+        None,
+    ),  # fmt: skip
+}
+
+
+def _contract_case(name: str) -> type:
+    factory, at = CONTRACT[name]
+
+    class Case(LinearOperatorTests):
+        rtol = 1e-12  # a few roundings of small products
+        t = at
+
+        def build(self) -> LinearOperator:
+            return perturbed(factory())
+
+    Case.__name__ = Case.__qualname__ = "TestContract_" + name.replace("-", "_")
+    return Case
+
+
+# pytest collects each case's inherited test_* methods (basis, adjoint, factors, gradients)
+globals().update({case.__name__: case for case in map(_contract_case, CONTRACT)})
+
+
+def package_classes(base: type) -> set[type]:
+    """Every subclass of ``base`` defined in the package (each module imported first)."""
+    for info in pkgutil.walk_packages(linearizer.__path__, "linearizer."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+    found, todo = set(), [base]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__module__.startswith("linearizer.") and sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return found
+
+
+def test_every_operator_of_the_package_passes_the_contract():
+    covered = {type(factory()) for factory, _ in CONTRACT.values()}
+    missing = sorted(c.__qualname__ for c in package_classes(LinearOperator) - covered)
+    assert not missing, f"no LinearOperatorTests case for {missing}"
+    assert {WeightedStyleOperator, Guided} <= covered
+
+
+def test_a_time_dependent_operator_needs_its_time() -> None:
+    with pytest.raises(LinearizerError, match="pass t"):
+        guided(1.0).matrix()
 
 
 def test_rejects_wrong_width(op) -> None:

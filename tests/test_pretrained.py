@@ -28,10 +28,10 @@ def assets(tmp_path_factory, monkeypatch):
     return run, root
 
 
-def test_resolve_gives_a_run_folder_with_the_half_precision_weights(assets):
+def test_unpack_gives_a_run_folder_with_the_half_precision_weights(assets):
     run, root = assets
-    folder = pretrained.resolve("tiny")
-    assert pretrained.resolve("tiny") == folder  # made once
+    folder = pretrained.unpack("tiny")
+    assert pretrained.unpack("tiny") == folder  # made once
     loaded = load_run("pretrained:tiny")
     original = load_run(run)
     assert loaded.kind == "flow" and loaded.step == original.step == 3
@@ -65,7 +65,7 @@ def test_damaged_weights_are_refused(assets):
     blob[-1] ^= 1
     (root / "tiny.safetensors").write_bytes(bytes(blob))
     with pytest.raises(LinearizerError, match="SHA-256"):
-        pretrained.resolve("tiny")
+        pretrained.unpack("tiny")
 
 
 def test_sample_command_opens_a_pretrained_model(assets, tmp_path, capsys):
@@ -89,7 +89,7 @@ def test_repro_names_the_pretrained_model_not_its_cache_folder(assets, tmp_path)
     assert main(["repro", "pretrained:tiny", "--out", str(out), *quick]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["run"] == "pretrained:tiny"
-    cache = str(pretrained.resolve("tiny"))
+    cache = str(pretrained.unpack("tiny"))
     assert cache not in (out / "REPORT.md").read_text()
     assert "linearizer repro pretrained:tiny" in "\n".join(results["commands"])
 
@@ -98,6 +98,28 @@ def test_from_pretrained_returns_the_model_in_eval_mode(assets):
     model = pretrained.from_pretrained("tiny")
     assert not model.training
     assert model.sample(torch.randn(2, 1, 8, 8), steps=4, final="skip").shape == (2, 1, 8, 8)
+
+
+def test_one_from_pretrained_opens_names_specs_run_folders_and_saved_folders(assets, tmp_path):
+    """The package's one ``from_pretrained`` (also ``linearizer.training``'s): a shipped name,
+    ``pretrained:NAME``, a run folder and a ``save_pretrained`` folder give the same weights."""
+    from linearizer.training import from_pretrained as training_from_pretrained
+    from linearizer.training.model_folder import save_pretrained
+
+    run, _ = assets
+    assert training_from_pretrained is pretrained.from_pretrained
+    by_name = pretrained.from_pretrained("tiny").state_dict()
+    by_spec = pretrained.from_pretrained("pretrained:tiny").state_dict()
+    ema = load_run(run)
+    saved = save_pretrained(ema.model, tmp_path / "hub", ema.config, model_kind="flow")
+    for other in (pretrained.from_pretrained(run), pretrained.from_pretrained(saved)):
+        for key, value in other.state_dict().items():
+            assert torch.equal(value, ema.model.state_dict()[key]), key
+    assert all(torch.equal(by_name[k], by_spec[k]) for k in by_name)
+    with pytest.raises(LinearizerError, match="unknown pretrained model 'nope'"):
+        pretrained.from_pretrained("nope")
+    with pytest.raises(LinearizerError, match="no such run folder"):
+        pretrained.from_pretrained(tmp_path / "missing")
 
 
 @pytest.mark.parametrize("name", ["mnist", "mnist-r16"])

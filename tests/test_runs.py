@@ -76,3 +76,17 @@ def test_old_flat_overrides_and_nested_option_names(capsys):
     assert "network.hidden" in table and "data.dataset" in table and "\n  hidden " not in table
     assert main(["train", "projective", "--list-options"]) == 0
     assert "network.blocks" in capsys.readouterr().out
+
+
+def test_a_registered_source_opens_its_names_and_training_names_none(runs, monkeypatch):
+    """``SCHEME:NAME`` specs come from the layers above (``linearizer.pretrained`` registers
+    ``pretrained``); an unregistered scheme gets one line naming the registered ones."""
+    from linearizer.training import runs as runs_module
+
+    monkeypatch.setattr(runs_module, "_SOURCES", {})
+    with pytest.raises(LinearizerError, match="no source registered for 'shelf:'"):
+        load_run("shelf:smoke")
+    runs_module.register_source("shelf", lambda name: runs / name)
+    assert runs_module.sources() == ["shelf"]
+    assert load_run("shelf:smoke").step == load_run(runs / "smoke").step == 2
+    assert runs_module.run_folder("shelf:smoke-ign") == runs / "smoke-ign"

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from linearizer.algebra import Linearizer
 from linearizer.errors import LinearizerError
 from linearizer.invertible import Conditioned, cpu_network
-from linearizer.testing import LinearizerTests
+from linearizer.testing import InvertibleTests, LinearizerTests, LinearOperatorTests
 
 F64 = torch.float64
 
@@ -164,3 +164,107 @@ def test_inherited_tests_fail_on_a_broken_map(case, broken):
 def test_check_all_runs_every_property():
     names = TestUserSinhSame().check_all()
     assert len(names) >= 12 and "test_svd_against_dense" in names
+
+
+# --------------------------------------------------------- the block and operator contracts
+class SinhBlock(Sinh):
+    """Sinh as a block of the invertible protocol, with its log-determinant:
+    ``x = (asinh(z) - b) / a``, so ``log |dx/dz| = -log a - log sqrt(1 + z^2)`` per feature."""
+
+    def inverse_logdet(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        logdet = -(self.a.log() + 0.5 * torch.log1p(z.square())).sum(dim=1)
+        return self.inverse(z), logdet
+
+
+class TestUserBlock(InvertibleTests):
+    def build(self):
+        return SinhBlock(4, seed=1)
+
+    def sample(self, n: int) -> Tensor:
+        return torch.randn(n, 4, dtype=F64)
+
+
+class TestUserBlockWithoutLogdet(TestUserBlock):
+    """A plain module (no ``inverse_logdet``): the log-determinant check has nothing to do."""
+
+    def build(self):
+        return Sinh(4, seed=1)
+
+
+class WrongSignLogdet(TestUserBlock):
+    def build(self):
+        class Flipped(SinhBlock):
+            def inverse_logdet(self, z):
+                x, logdet = super().inverse_logdet(z)
+                return x, -logdet
+
+        return Flipped(4, seed=1)
+
+
+class LeakyBlock(TestUserBlock):
+    def build(self):
+        return Leaky(4, seed=1)
+
+
+class DeadParameter(TestUserBlock):
+    """A parameter the map never uses gets no gradient."""
+
+    def build(self):
+        block = SinhBlock(4, seed=1)
+        block.unused = nn.Parameter(torch.ones(2, dtype=F64))
+        return block
+
+
+class TestUserOperator(LinearOperatorTests):
+    def build(self):
+        from linearizer.operators import LowRank
+
+        return LowRank(5, 4, rank=2).double()
+
+
+def _dense_with(**broken):
+    """A Dense operator with one of its methods replaced by a wrong one."""
+    from linearizer.operators import Dense
+
+    op = Dense(torch.randn(4, 3, dtype=F64))
+    for name, method in broken.items():
+        setattr(op, name, method.__get__(op))
+    return op
+
+
+class WrongTranspose(LinearOperatorTests):
+    def build(self):
+        return _dense_with(transpose_apply=lambda self, y, t=None: y @ self.weight[:, :3] * 1.5)
+
+
+class WrongMatrix(LinearOperatorTests):
+    def build(self):
+        return _dense_with(matrix=lambda self, t=None, dtype=None: self.weight.to(dtype) * 1.001)
+
+
+class WrongFactors(LinearOperatorTests):
+    def build(self):
+        swapped = torch.eye(3, dtype=F64)[:, [1, 0, 2]]  # V with two columns swapped
+        return _dense_with(factors=lambda self, t=None: (self.weight, swapped))
+
+
+@pytest.mark.parametrize(
+    "case, broken",
+    [
+        (WrongSignLogdet, "test_logdet_against_autograd"),
+        (LeakyBlock, "test_round_trip"),
+        (DeadParameter, "test_gradients_flow"),
+        (WrongTranspose, "test_transpose_is_adjoint"),
+        (WrongMatrix, "test_matrix_matches_apply_on_a_basis"),
+        (WrongFactors, "test_factors_reproduce_matrix"),
+    ],
+)  # fmt: skip
+def test_the_contracts_fail_on_a_broken_block_or_operator(case, broken):
+    with pytest.raises(AssertionError):
+        getattr(case(), broken)()
+
+
+def test_the_contracts_run_without_pytest():
+    assert TestUserBlock().check_all() == [
+        "test_gradients_flow", "test_logdet_against_autograd", "test_round_trip"]  # fmt: skip
+    assert len(TestUserOperator().check_all()) == 4

@@ -23,16 +23,29 @@ from linearizer.flow.model import TransportedSide
 from linearizer.flow.spec import SamplerSpec
 from linearizer.flow.task import FlowTask, load_images
 from linearizer.flow.transport import (
+    Mixing,
     TransportOptions,
     VectorFlow,
     fit_transport,
 )
+from linearizer.io import load_tensors
 from linearizer.training.config import resolve
 from linearizer.training.runs import load_run
 from linearizer.training.trainer import train
 from tolerance import assert_near
 
 F64 = torch.float64
+
+
+# pretrained:mnist's transport as the code before its blocks took the invertible protocol and
+# Mixing InvConv1x1's LU code computed it (commit 1e89466): F on three Gaussian rows (their
+# first three coordinates), log |det dF^-1/du| there, and the means of eight samples with it.
+SHIPPED_FLOW = [-1.9968917113669484, -0.6889658242655516, 0.7927813705648556,
+                1.6414370276888386, 1.1565891133101647, 0.4455558556577963,
+                0.9654357006102592, 0.6139712136819864, 0.5269745839055644]  # fmt: skip
+SHIPPED_LOGDET = [-1.5211737049504936, -4.088281802048819, 13.395432187483408]
+SHIPPED_SAMPLE_MEANS = [0.117708, 0.114903, 0.1065158, 0.1658262,
+                        0.1048809, 0.1619263, 0.0968301, 0.1584495]  # fmt: skip
 
 
 def _random_flow(dim: int, seed: int = 0) -> VectorFlow:
@@ -224,3 +237,33 @@ def test_a_calibration_recorded_before_the_mixing_layers_still_loads(run, tmp_pa
     z = torch.randn(3, loaded.model.dim, generator=torch.Generator().manual_seed(9))
     with torch.no_grad():
         assert torch.equal(back(z), cal.transport(z))
+
+
+def test_a_mixing_saved_under_its_old_entry_names_loads_to_the_same_map():
+    """Transports saved before Mixing shared InvConv1x1's LU factors named two entries
+    ``sign`` and ``log_scale`` (now ``sign_s`` and ``log_s``)."""
+    mix = Mixing(5, seed=3).double()
+    renamed = {"sign_s": "sign", "log_s": "log_scale"}
+    old = {renamed.get(k, k): v for k, v in mix.state_dict().items()}
+    assert set(old) == {"order", "sign", "lower", "upper", "log_scale"}
+    back = Mixing(5, seed=4).double()
+    back.load_state_dict(old)
+    x = torch.randn(4, 5, dtype=F64)
+    assert torch.equal(back(x), mix(x)) and torch.equal(back.inverse(x), mix.inverse(x))
+
+
+def test_the_shipped_transport_loads_and_gives_what_it_gave(monkeypatch, tmp_path):
+    monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path))
+    stored = load_tensors(pretrained.asset_paths("mnist")[0])
+    assert "calibration.transport.flow.mixes.0.log_scale" in stored  # the old names
+    model = pretrained.from_pretrained("mnist")
+    flow = model.calibration.transport.flow
+    u = torch.randn(3, 64, generator=torch.Generator().manual_seed(1), dtype=F64)
+    x0 = torch.randn(8, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        y, (_, logdet) = flow(u), flow.inverse_logdet(u)
+        samples = model.sample(x0, maps="transport")
+    assert_near(y[:, :3].flatten(), torch.tensor(SHIPPED_FLOW, dtype=F64), eps_factor=1e3)
+    assert_near(logdet, torch.tensor(SHIPPED_LOGDET, dtype=F64), eps_factor=1e3)
+    means = samples.mean(dim=(1, 2, 3)).double()
+    assert float((means - torch.tensor(SHIPPED_SAMPLE_MEANS, dtype=F64)).abs().max()) <= 1e-6

@@ -10,6 +10,8 @@ exhaust the reader (deep nesting, sizes claimed in a header that the file does n
 one-line :class:`LinearizerError` naming the file and the problem, before anything large is
 allocated. Nothing is ever unpickled.
 
+The user cache (:func:`default_cache_dir`) holds downloaded data and unpacked pretrained models.
+
 >>> import numpy as np, tempfile
 >>> path = Path(tempfile.mkdtemp()) / "x.npy"
 >>> np.save(path, np.array([object()], dtype=object))
@@ -303,3 +305,11 @@ def load_tensors(path: str | os.PathLike) -> dict:
         raise
     except Exception as e:  # noqa: BLE001 - safetensors raises its own error types
         raise LinearizerError(f"corrupt safetensors file {path}: {e}") from None
+
+
+def default_cache_dir() -> Path:
+    """``$LINEARIZER_DATA``, else ``$XDG_CACHE_HOME/linearizer``, else ``~/.cache/linearizer``."""
+    if os.environ.get("LINEARIZER_DATA"):
+        return Path(os.environ["LINEARIZER_DATA"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "linearizer"

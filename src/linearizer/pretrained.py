@@ -6,15 +6,20 @@ weights, as its JSON says, in half precision, and the model's latent calibration
 ``calibration.transport.*``: its flow's weights in half precision, the rest in float32) and
 ``<file>.json`` (format, the training config, the step, the SHA-256 of the weights file, the
 checksum of the training data, how the calibration was fitted and the model's evaluation).
-:func:`resolve` checks the hash, then materialises a run folder (``config.json``, ``run.json``,
-one float32 checkpoint) in the user cache, ``<cache>/pretrained/<name>-<weights hash>-<config
-hash>``, so every command and loader that opens a run opens it: ``linearizer sample
-pretrained:mnist --n 64 --out DIR``, ``load_run("pretrained:mnist")`` or
-:func:`from_pretrained`. The cache is ``$LINEARIZER_DATA``, else ``$XDG_CACHE_HOME/linearizer``,
-else ``~/.cache/linearizer``.
+:func:`unpack` checks the hash, then writes a run folder (``config.json``, ``run.json``, one
+float32 checkpoint) in the user cache (:func:`linearizer.io.default_cache_dir`),
+``<cache>/pretrained/<name>-<weights hash>-<config hash>``. Importing this module registers the
+``pretrained`` source of :func:`linearizer.training.runs.run_folder`, so every command and
+loader that opens a run opens ``pretrained:NAME``: ``linearizer sample pretrained:mnist --n 64
+--out DIR``, ``load_run("pretrained:mnist")`` or :func:`from_pretrained` (the one of
+:mod:`linearizer.training.model_folder`, which also opens run folders and saved folders).
 
 >>> available()
 ['mnist', 'mnist-r16']
+>>> run_folder("pretrained:nope")
+Traceback (most recent call last):
+    ...
+linearizer.errors.LinearizerError: unknown pretrained model 'nope'; available: mnist, mnist-r16
 >>> model = from_pretrained("mnist")                    # doctest: +SKIP
 >>> model.sample(torch.randn(8, 1, 32, 32)).shape        # doctest: +SKIP
 torch.Size([8, 1, 32, 32])
@@ -36,7 +41,17 @@ from torch import nn
 
 from . import __version__
 from .errors import LinearizerError
-from .io import load_tensors, read_json, save_tensors, write_json
+from .flow.calibration import (
+    FitOptions,
+    calibration_info,
+    from_tensors,
+    save_calibration,
+    to_tensors,
+)
+from .io import default_cache_dir, load_tensors, read_json, save_tensors, write_json
+from .training.checkpoint import save_checkpoint
+from .training.model_folder import from_pretrained
+from .training.runs import load_run, register_source, run_folder, run_kind
 
 FORMAT = "linearizer.pretrained/1"
 # Tensors of a shipped latent calibration (flow.calibration) beside the weights in one file.
@@ -46,7 +61,7 @@ ASSETS = {"mnist": "flow_mnist", "mnist-r16": "flow_mnist_r16"}
 
 
 def available() -> list[str]:
-    """Names :func:`resolve` accepts."""
+    """Names :func:`unpack` accepts."""
     return sorted(ASSETS)
 
 
@@ -101,12 +116,10 @@ def verify(name: str) -> dict[str, Any]:
 
 
 def cache_root() -> Path:
-    from .data.mnist import default_cache_dir
-
     return default_cache_dir() / "pretrained"
 
 
-def resolve(name: str) -> Path:
+def unpack(name: str) -> Path:
     """A run folder holding the pretrained model ``name`` (made once per weights and config)."""
     meta = verify(name)
     # The config is part of the key: a description that changes (a sampler default, say) over
@@ -133,7 +146,7 @@ def resolve(name: str) -> Path:
         if calibration:
             _write_calibration(tmp, calibration, meta, weights)
         try:
-            os.rename(tmp, folder)  # atomic: a concurrent resolve sees all or nothing
+            os.rename(tmp, folder)  # atomic: a concurrent unpack sees all or nothing
         except OSError:
             if not (folder / "run.json").is_file():
                 raise
@@ -143,16 +156,12 @@ def resolve(name: str) -> Path:
 
 
 def _build(meta: dict[str, Any]) -> tuple[nn.Module, Any]:
-    from .training.runs import run_kind
-
     kind = run_kind(meta["kind"])
     cfg = kind.config.from_dict(meta["config"])
     return kind.build(cfg, Path(".")), cfg
 
 
 def _write_run(folder: Path, model: nn.Module, cfg: Any, meta: dict[str, Any]) -> None:
-    from .training.checkpoint import save_checkpoint
-
     step = int(meta["step"])
     write_json(folder / "config.json", cfg.to_dict())
     save_checkpoint(folder, step, model, config=cfg.to_dict(), model_kind=meta["kind"],
@@ -164,21 +173,12 @@ def _write_run(folder: Path, model: nn.Module, cfg: Any, meta: dict[str, Any]) -
 
 def _write_calibration(folder: Path, tensors: dict, meta: dict[str, Any], source: Path) -> None:
     """The asset's latent calibration as the run folder's (the folder's weights are "model")."""
-    from .flow.calibration import FitOptions, from_tensors, save_calibration
-
     try:
         fit = FitOptions.from_record(meta["calibration"]["fit"])
         cal = from_tensors(tensors, CALIBRATION, fit)
     except (KeyError, TypeError) as e:
         raise LinearizerError(f"{source} holds an incomplete latent calibration ({e})") from None
     save_calibration(folder, {"model": cal}, int(meta["step"]), fit)
-
-
-def from_pretrained(name: str = "mnist") -> nn.Module:
-    """The pretrained model ``name`` in eval mode (for ``"mnist"``: a one-step flow)."""
-    from .training.runs import load_run
-
-    return load_run(f"pretrained:{name}").model
 
 
 def export(
@@ -192,8 +192,6 @@ def export(
     """Write a run's weights (EMA ones when present and ``use_ema``) as a half-precision asset
     ``<out_dir>/<file>.safetensors``, with the run's latent calibration for those weights,
     plus its description (``extra`` adds e.g. the data checksum and the evaluation)."""
-    from .training.runs import load_run
-
     run = load_run(run_dir, use_ema=use_ema)
     file = ASSETS.get(name, name)
     out = Path(out_dir)
@@ -201,11 +199,8 @@ def export(
              for k, v in run.model.state_dict().items()}  # fmt: skip
     cal = getattr(run.model, "calibration", None)
     if cal is not None:  # float32: K multiplies every sample's latent, keep it finer than f16
-        from .flow.calibration import calibration_info, to_tensors
-
         # the transport's flow in half precision, like the network's weights (10 MB budget)
         state.update(to_tensors(cal, CALIBRATION, torch.float32, torch.float16))
-
         extra = {**extra, "calibration": {"fit": calibration_info(run.path)["fit"]}}
     weights = save_tensors(out / f"{file}.safetensors", state, metadata={"format": FORMAT})
     meta = {"format": FORMAT, "name": name, "kind": run.kind, "step": run.step,
@@ -215,3 +210,9 @@ def export(
             "torch": torch.__version__, **extra}  # fmt: skip
     write_json(out / f"{file}.json", meta)
     return weights
+
+
+# Every loader of runs (load_run, run_folder, from_pretrained) opens "pretrained:NAME" from here.
+register_source("pretrained", unpack)
+
+__all__ = ["available", "export", "from_pretrained", "info", "run_folder", "unpack", "verify"]

@@ -1,4 +1,12 @@
-"""Property tests a user inherits to check their own ``g_x``, ``A``, ``g_y``.
+"""Property tests a user inherits to check their own ``g_x``, ``A``, ``g_y``, and the contracts
+every invertible block and every linear operator of the package passes.
+
+:class:`InvertibleTests` checks one bijection (round trips, the log-determinant against
+autograd's Jacobian where the block gives one, gradients); :class:`LinearOperatorTests` one
+operator (``matrix()`` against its action on a basis, ``transpose_apply`` as the adjoint, its
+factors, gradients). Both work like :class:`LinearizerTests`: subclass, implement ``build()``
+(and ``sample(n)`` for a bijection), and pytest runs the inherited ``test_*`` methods, or call
+``check_all()`` without pytest.
 
 Subclass :class:`LinearizerTests` in a pytest class named ``Test...``, return ``(g_x, A, g_y)``
 from ``build`` and a batch of inputs from ``sample_x``; every ``test_*`` method is inherited: the
@@ -22,6 +30,13 @@ gradients. Properties that do not apply check that they are refused, so nothing 
 >>> TestSinhDense().test_pinv_identities()  # pytest runs every inherited test_* itself
 >>> sorted(TestSinhDense().check_all())[:3]  # or run them all without pytest
 ['test_compose', 'test_eig_against_dense', 'test_forward_matches_dense']
+>>> class TestSinhBlock(InvertibleTests):  # the bijection alone
+...     def build(self):
+...         return Sinh()
+...     def sample(self, n):
+...         return torch.randn(n, 3, dtype=torch.float64)
+>>> TestSinhBlock().check_all()
+['test_gradients_flow', 'test_logdet_against_autograd', 'test_round_trip']
 
 The bar is relative (max-abs error over max-abs of the reference): ``rtol`` defaults to about
 ``4.5e5`` float64 epsilons (``1e-10``), or ``1e-3`` in float32, since the networks' condition
@@ -30,11 +45,15 @@ numbers multiply rounding; set ``rtol`` on the class to change it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, ClassVar
+
 import torch
 from torch import Tensor, nn
 
 from .algebra import Linearizer
 from .errors import LinearizerError
+from .invertible.base import has_logdet
 from .operators.base import LinearOperator
 
 _F64 = torch.float64
@@ -60,7 +79,203 @@ def _refused(call, match: str) -> None:
     raise AssertionError(f"expected a LinearizerError mentioning {match!r}")
 
 
-class LinearizerTests:
+class _Properties:
+    """What the three contracts share: the tolerance, the check, running them all, and the
+    object under test built once per class under ``torch.manual_seed(seed)``."""
+
+    rtol: float | None = None
+    batch: int = 3
+    seed: int = 0
+
+    def _dtype(self) -> torch.dtype:
+        raise NotImplementedError
+
+    def _once(self, attr: str, make: Callable[[], Any]) -> Any:
+        cls = type(self)
+        if attr not in cls.__dict__:
+            torch.manual_seed(self.seed)
+            setattr(cls, attr, make())
+        return cls.__dict__[attr]
+
+    def tol(self) -> float:
+        if self.rtol is not None:
+            return float(self.rtol)
+        return _DEFAULT_RTOL.get(self._dtype(), 5e-2)
+
+    def assert_rel(self, actual: Tensor, expected: Tensor, what: str) -> None:
+        err = rel(actual, expected)
+        assert err <= self.tol(), f"{what}: relative error {err:.3g} > {self.tol():.3g}"
+
+    def check_all(self) -> list[str]:
+        """Run every ``test_*`` method outside pytest; return the names run."""
+        names = [n for n in dir(self) if n.startswith("test_") and callable(getattr(self, n))]
+        for name in names:
+            getattr(self, name)()
+        return names
+
+
+def _check_gradients(inputs: list[Tensor], module: nn.Module) -> None:
+    """After ``backward``: finite, nonzero gradients to every input and every parameter."""
+    for i, x in enumerate(inputs):
+        assert x.grad is not None and bool(torch.isfinite(x.grad).all()), f"no gradient to {i}"
+        assert float(x.grad.abs().sum()) > 0, f"zero gradient to input {i}"
+    for name, p in module.named_parameters():
+        if p.requires_grad:
+            assert p.grad is not None and bool(torch.isfinite(p.grad).all()), name
+            assert float(p.grad.abs().sum()) > 0, f"zero gradient to {name}"
+
+
+class InvertibleTests(_Properties):
+    """Inherit, implement ``build`` (a bijection: ``forward(x[, cond])``, ``inverse(z[,
+    cond])`` and, optionally, ``inverse_logdet`` of the
+    :class:`~linearizer.invertible.base.InvertibleModule` protocol) and ``sample(n)`` (``n``
+    inputs), name the class ``Test...``. ``cond(n)`` gives the conditioning every call gets
+    (``None``: none is passed); ``sample_z(n)`` the points the inverse starts from (default:
+    images of fresh inputs). Keep the per-sample size small: the log-determinant is checked
+    against the dense Jacobian of each sample.
+    """
+
+    _built_module: ClassVar[nn.Module]
+
+    def build(self) -> nn.Module:
+        raise NotImplementedError("return the invertible module from build()")
+
+    def sample(self, n: int) -> Tensor:
+        raise NotImplementedError("return a batch of n inputs from sample(n)")
+
+    def cond(self, n: int) -> Tensor | None:
+        return None
+
+    def sample_z(self, n: int) -> Tensor:
+        with torch.no_grad():
+            return self.forward(self.sample(n))
+
+    @property
+    def module(self) -> Any:  # an invertible module: forward, inverse, maybe inverse_logdet
+        return self._once("_built_module", self.build)
+
+    def _dtype(self) -> torch.dtype:
+        return self.sample(1).dtype
+
+    def _args(self, x: Tensor) -> tuple:
+        c = self.cond(len(x))
+        return (x,) if c is None else (x, c)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.module(*self._args(x))
+
+    def inverse(self, z: Tensor) -> Tensor:
+        return self.module.inverse(*self._args(z))
+
+    def test_round_trip(self) -> None:
+        x, z = self.sample(self.batch), self.sample_z(self.batch)
+        self.assert_rel(self.inverse(self.forward(x)), x, "g^-1(g(x)) = x")
+        self.assert_rel(self.forward(self.inverse(z)), z, "g(g^-1(z)) = z")
+
+    def test_logdet_against_autograd(self) -> None:
+        g, z = self.module, self.sample_z(self.batch)
+        if not has_logdet(g):  # the log-determinant is optional
+            return
+        x, logdet = (t.detach() for t in g.inverse_logdet(*self._args(z)))
+        self.assert_rel(x, self.inverse(z), "inverse_logdet's x = g^-1(z)")
+        assert logdet.shape == (len(z),), f"log-determinant of shape {tuple(logdet.shape)}"
+        c = self.cond(len(z))
+        for i in range(len(z)):
+
+            def one(v: Tensor, i: int = i) -> Tensor:  # sample i's inverse, its own cond
+                return self.module.inverse(v, *(() if c is None else (c[i : i + 1],)))
+
+            jac = torch.autograd.functional.jacobian(one, z[i : i + 1])
+            ref = torch.linalg.slogdet(jac.reshape(x[i].numel(), z[i].numel()).to(_F64))[1]
+            err = abs(float(logdet[i]) - float(ref)) / max(1.0, abs(float(ref)))
+            assert err <= self.tol(), f"log |det dx/dz| of sample {i}: relative error {err:.3g}"
+
+    def test_gradients_flow(self) -> None:
+        g = self.module
+        x = self.sample(self.batch).requires_grad_(True)
+        z = self.sample_z(self.batch).requires_grad_(True)
+        g.zero_grad()
+        (self.forward(x).square().sum() + self.inverse(z).square().sum()).backward()
+        _check_gradients([x, z], g)
+        g.zero_grad()
+
+
+class LinearOperatorTests(_Properties):
+    """Inherit, implement ``build`` (a :class:`~linearizer.operators.base.LinearOperator`),
+    name the class ``Test...``. A time-dependent operator is checked at the time ``t`` (set it
+    on the class). ``sample(n)`` / ``sample_y(n)`` give inputs of the operator and of its
+    transpose (default: Gaussian rows in the operator's dtype, float64 for a parameter-free
+    one).
+
+    >>> from linearizer.operators import LowRank
+    >>> class TestLowRank(LinearOperatorTests):
+    ...     def build(self):
+    ...         return LowRank(5, 4, rank=2).double()
+    >>> "test_transpose_is_adjoint" in TestLowRank().check_all()
+    True
+    """
+
+    t: float | None = None
+    _built_operator: ClassVar[LinearOperator]
+
+    def build(self) -> LinearOperator:
+        raise NotImplementedError("return the operator from build()")
+
+    @property
+    def op(self) -> LinearOperator:
+        return self._once("_built_operator", self.build)
+
+    def _dtype(self) -> torch.dtype:
+        first = next(iter(self.op.parameters()), next(iter(self.op.buffers()), None))
+        return first.dtype if first is not None and first.is_floating_point() else _F64
+
+    def sample(self, n: int) -> Tensor:
+        return torch.randn(n, self.op.in_features, dtype=self._dtype())
+
+    def sample_y(self, n: int) -> Tensor:
+        return torch.randn(n, self.op.out_features, dtype=self._dtype())
+
+    def dense(self) -> Tensor:
+        with torch.no_grad():
+            return self.op.matrix(self.t, dtype=self._dtype())
+
+    def test_matrix_matches_apply_on_a_basis(self) -> None:
+        op, m = self.op, self.dense()
+        assert m.shape == (op.out_features, op.in_features), f"matrix() of shape {m.shape}"
+        eye = torch.eye(op.in_features, dtype=m.dtype)
+        self.assert_rel(op(eye, self.t).T, m, "columns A e_i = matrix()[:, i]")
+        z = self.sample(self.batch)
+        self.assert_rel(op(z, self.t), z @ m.T, "A z = z @ matrix().T")
+        low = op.matrix(self.t, dtype=torch.float32)
+        assert low.dtype == torch.float32, f"matrix(dtype=float32) gave {low.dtype}"
+
+    def test_transpose_is_adjoint(self) -> None:
+        op, z, y = self.op, self.sample(self.batch), self.sample_y(self.batch)
+        at_y = op.transpose_apply(y, self.t)
+        self.assert_rel(at_y, y @ self.dense(), "A^T y = y @ matrix()")
+        lhs, rhs = (op(z, self.t) * y).sum(dim=1), (z * at_y).sum(dim=1)
+        self.assert_rel(lhs, rhs, "<A z, y> = <z, A^T y>")
+
+    def test_factors_reproduce_matrix(self) -> None:
+        parts = self.op.factors(self.t)
+        if parts is None:  # not low rank: nothing to check
+            return
+        u, v = parts
+        assert u.shape[0] == self.op.out_features and v.shape[0] == self.op.in_features
+        assert u.shape[1] == v.shape[1], f"factors of ranks {u.shape[1]} and {v.shape[1]}"
+        self.assert_rel(u @ v.T, self.dense().to(u.dtype), "U V^T = matrix()")
+
+    def test_gradients_flow(self) -> None:
+        op = self.op
+        z = self.sample(self.batch).requires_grad_(True)
+        y = self.sample_y(self.batch).requires_grad_(True)
+        op.zero_grad()
+        (op(z, self.t).square().sum() + op.transpose_apply(y, self.t).square().sum()).backward()
+        _check_gradients([z, y], op)
+        op.zero_grad()
+
+
+class LinearizerTests(_Properties):
     """Inherit, implement ``build`` and ``sample_x`` (and ``sample_y`` when ``g_y``'s data
     differs), name the class ``Test...``: pytest runs every property below on your maps.
 
@@ -71,9 +286,8 @@ class LinearizerTests:
     samples for the default bar.
     """
 
-    rtol: float | None = None
-    batch: int = 3
-    seed: int = 0
+    # the map, built once per class by the first test that needs it (see ``f``)
+    _built_linearizer: ClassVar[Linearizer]
 
     # ------------------------------------------------------------ what a user provides
     def build(self) -> tuple[nn.Module, LinearOperator | Tensor, nn.Module | None]:
@@ -93,11 +307,7 @@ class LinearizerTests:
     # ------------------------------------------------------------ shared helpers
     @property
     def f(self) -> Linearizer:
-        cls = type(self)
-        if "_built_linearizer" not in cls.__dict__:
-            torch.manual_seed(self.seed)
-            cls._built_linearizer = self.linearizer()
-        return cls._built_linearizer
+        return self._once("_built_linearizer", self.linearizer)
 
     def xs(self, n: int | None = None) -> Tensor:
         return self.sample_x(self.batch if n is None else n)
@@ -105,26 +315,13 @@ class LinearizerTests:
     def ys(self, n: int | None = None) -> Tensor:
         return self.sample_y(self.batch if n is None else n)
 
-    def tol(self) -> float:
-        if self.rtol is not None:
-            return float(self.rtol)
-        return _DEFAULT_RTOL.get(self.xs(1).dtype, 5e-2)
+    def _dtype(self) -> torch.dtype:
+        return self.xs(1).dtype
 
     def dense(self) -> Tensor:
         """``A`` as a dense float64 matrix: the reference every identity is checked against."""
         with torch.no_grad():
             return self.f.A.matrix(dtype=_F64).detach()
-
-    def assert_rel(self, actual: Tensor, expected: Tensor, what: str) -> None:
-        err = rel(actual, expected)
-        assert err <= self.tol(), f"{what}: relative error {err:.3g} > {self.tol():.3g}"
-
-    def check_all(self) -> list[str]:
-        """Run every ``test_*`` method outside pytest; return the names run."""
-        names = [n for n in dir(self) if n.startswith("test_") and callable(getattr(self, n))]
-        for name in names:
-            getattr(self, name)()
-        return names
 
     # ------------------------------------------------------------ the properties
     def test_round_trip(self) -> None:

@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     warnings.showwarning = _one_line_warning
     try:
+        importlib.import_module("linearizer.pretrained")  # registers the pretrained:NAME runs
         return int(args.func(args) or 0)
     except LinearizerError as e:
         print(f"linearizer: error: {e}", file=sys.stderr)

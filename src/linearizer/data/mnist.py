@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import LinearizerError
-from ..io import write_bytes
+from ..io import default_cache_dir, write_bytes
 
 SPLITS = ("train", "test")
 KEYS = ("train_images", "train_labels", "test_images", "test_labels")
@@ -150,14 +150,6 @@ MNIST = DatasetSpec(
 
 class _SourceFailed(Exception):
     """A source could not deliver; the message goes into the 'tried' list."""
-
-
-def default_cache_dir() -> Path:
-    """``$LINEARIZER_DATA``, else ``$XDG_CACHE_HOME/linearizer``, else ``~/.cache/linearizer``."""
-    if os.environ.get("LINEARIZER_DATA"):
-        return Path(os.environ["LINEARIZER_DATA"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "linearizer"
 
 
 def sha256_hex(data: bytes | memoryview) -> str:

@@ -18,7 +18,9 @@ coordinates. ``tau`` leaves the orthogonal complement of ``Q`` alone and is
 exactly invertible, so ``g_data' = tau^-1 o g_data`` is an invertible network like any other and
 the sampler ``g_data'^-1(K B g_noise(.))`` is still a Linearizer: the same matrix ``K B``
 between two induced spaces, with every exactness claim intact. The fit uses training images
-only (never the test images, never the classifier behind FID (LeNet)).
+only (never the test images, never the classifier behind FID (LeNet)). Every piece is an
+:class:`~linearizer.invertible.base.InvertibleModule` on rows ``[N, dim]``; the flow's pieces
+also give ``inverse_logdet``, which its likelihood needs.
 
 >>> import torch
 >>> src, dst = torch.randn(512, 4, dtype=torch.float64), torch.rand(512, 4, dtype=torch.float64)
@@ -38,6 +40,8 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import LinearizerError
+from ..invertible.base import InvertibleModule
+from ..invertible.conv1x1 import LUFactors
 
 F64 = torch.float64
 
@@ -65,7 +69,7 @@ class TransportOptions:
             raise LinearizerError(f"transport lr must be > 0, got {self.lr}")
 
 
-class Coupling(nn.Module):
+class Coupling(InvertibleModule):
     """``y = [a, b exp(s(a)) + t(a)]`` on vectors split in two halves (``flip``: the other way)."""
 
     def __init__(self, dim: int, hidden: int, flip: bool) -> None:
@@ -98,23 +102,25 @@ class Coupling(nn.Module):
         s, t = self.net(a).chunk(2, dim=1)
         return 2 * torch.tanh(s / 2), t  # bounded log-scale: no blow-up early in the fit
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
         a, b = self._split(x)
         s, t = self._scale_shift(a)
         return self._join(a, b * s.exp() + t)
 
-    def inverse(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """``x`` and ``log |det dx/dy|`` per row."""
+    def inverse(self, y: Tensor, cond: Tensor | None = None) -> Tensor:
+        return self.inverse_logdet(y)[0]
+
+    def inverse_logdet(self, y: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
         a, b = self._split(y)
         s, t = self._scale_shift(a)
         return self._join(a, (b - t) * (-s).exp()), -s.sum(dim=1)
 
 
-class Mixing(nn.Module):
-    """A learned invertible linear map ``y = x W^T`` of ``R^dim`` in Glow's LU form,
-    ``W = P L U``: ``P`` a fixed permutation, ``L`` unit lower-triangular, ``U`` upper-triangular
-    with the diagonal ``sign * exp(log_scale)``, so ``log |det W|`` is ``sum(log_scale)`` and the
-    inverse is two triangular solves. It starts at a random rotation (seeded).
+class Mixing(LUFactors, InvertibleModule):
+    """A learned invertible linear map ``y = x W^T`` of ``R^dim``: ``W = P L U`` in the LU form
+    of :class:`~linearizer.invertible.conv1x1.LUFactors` (``log |det W| = sum(log_s)``, the
+    inverse two triangular solves), ``P`` stored as the index vector ``order``. It starts at a
+    random rotation (seeded).
 
     >>> m = Mixing(5, seed=1).double()
     >>> x = torch.randn(3, 5, dtype=torch.float64)
@@ -123,39 +129,46 @@ class Mixing(nn.Module):
     True
     """
 
+    order: Tensor  # buffer
+
     def __init__(self, dim: int, seed: int = 0) -> None:
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         rotation = torch.linalg.qr(torch.randn(dim, dim, generator=gen, dtype=F64))[0]
         p, lower, upper = torch.linalg.lu(rotation)
         diag = upper.diagonal()
-        # P as the index vector of its ones: (v P^T)_i = v_order[i]
+        # P as the index vector of its ones: (v P^T)_i = v_order[i] (k-fold smaller than P)
         self.register_buffer("order", p.argmax(dim=1))
-        self.register_buffer("sign", diag.sign().float())
-        self.lower = nn.Parameter(lower.tril(-1).float())
-        self.upper = nn.Parameter(upper.triu(1).float())
-        self.log_scale = nn.Parameter(diag.abs().log().float())
+        self._register_lu(dim)
+        with torch.no_grad():
+            self.sign_s.copy_(diag.sign())
+            self.lower.copy_(lower.tril(-1))
+            self.upper.copy_(upper.triu(1))
+            self.log_s.copy_(diag.abs().log())
 
-    def _factors(self) -> tuple[Tensor, Tensor]:
-        eye = torch.eye(len(self.sign), dtype=self.lower.dtype, device=self.lower.device)
-        lower = self.lower.tril(-1) + eye
-        upper = self.upper.triu(1) + torch.diag(self.sign * self.log_scale.exp())
-        return lower, upper
-
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
         lower, upper = self._factors()
         return (x @ upper.T @ lower.T)[:, self.order]
 
-    def inverse_logdet(self, y: Tensor) -> tuple[Tensor, Tensor]:
-        """``x`` with ``x W^T = y`` and ``log |det dx/dy|`` per row."""
+    def inverse(self, y: Tensor, cond: Tensor | None = None) -> Tensor:
+        return self.inverse_logdet(y)[0]
+
+    def inverse_logdet(self, y: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
         lower, upper = self._factors()
         t = torch.linalg.solve_triangular(lower.T, y[:, torch.argsort(self.order)],
                                           upper=True, left=False, unitriangular=True)  # fmt: skip
         x = torch.linalg.solve_triangular(upper.T, t, upper=False, left=False)
-        return x, (-self.log_scale.sum()).expand(len(y))
+        return x, (-self.log_abs_det()).expand(len(y))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:  # noqa: ANN001
+        # Transports saved before Mixing shared InvConv1x1's LU code named two entries apart.
+        for old, new in (("sign", "sign_s"), ("log_scale", "log_s")):
+            if prefix + old in state_dict and prefix + new not in state_dict:
+                state_dict[prefix + new] = state_dict.pop(prefix + old)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
-class VectorFlow(nn.Module):
+class VectorFlow(InvertibleModule):
     """Affine couplings on ``R^dim``, each on its own fixed permutation of the coordinates (and
     back), each followed by a :class:`Mixing` when ``mixing`` (without it the fresh flow is the
     identity); ``forward`` maps the standard normal to the data, :meth:`nll` is the data's
@@ -178,25 +191,25 @@ class VectorFlow(nn.Module):
     def _mix(self, i: int) -> Mixing | None:
         return None if self.mixes is None else self.mixes[i]
 
-    def forward(self, u: Tensor) -> Tensor:
+    def forward(self, u: Tensor, cond: Tensor | None = None) -> Tensor:
         for i, (perm, c) in enumerate(zip(self.perms, self.couplings)):
             u = c(u[:, perm])[:, torch.argsort(perm)]
             if (mix := self._mix(i)) is not None:
                 u = mix(u)
         return u
 
-    def inverse_logdet(self, y: Tensor) -> tuple[Tensor, Tensor]:
+    def inverse_logdet(self, y: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
         logdet = torch.zeros(len(y), dtype=y.dtype, device=y.device)
         for i in reversed(range(len(self.couplings))):
             if (mix := self._mix(i)) is not None:
                 y, ld = mix.inverse_logdet(y)
                 logdet = logdet + ld
             perm = self.perms[i]
-            y, ld = self.couplings[i].inverse(y[:, perm])
+            y, ld = self.couplings[i].inverse_logdet(y[:, perm])
             y, logdet = y[:, torch.argsort(perm)], logdet + ld
         return y, logdet
 
-    def inverse(self, y: Tensor) -> Tensor:
+    def inverse(self, y: Tensor, cond: Tensor | None = None) -> Tensor:
         return self.inverse_logdet(y)[0]
 
     def nll(self, y: Tensor) -> Tensor:
@@ -210,7 +223,7 @@ def _sym_power(c: Tensor, p: float) -> Tensor:
     return (v * w.clamp_min(floor) ** p) @ v.T
 
 
-class LatentTransport(nn.Module):
+class LatentTransport(InvertibleModule):
     """``tau(z) = z + Q (T(Q^T z) - Q^T z)`` on latents ``[N, D]`` (see the module docstring);
     :meth:`inverse` is ``tau^-1``. Everything runs in float64 (``F`` is fitted in float32): far
     outside the data, ``F``'s shifts grow large and float32 would lose the exact inverse."""
@@ -239,12 +252,12 @@ class LatentTransport(nn.Module):
     def _replace(self, z: Tensor, old: Tensor, new: Tensor) -> Tensor:
         return (z.to(F64) + (new - old) @ self.basis.T).to(z.dtype)
 
-    def forward(self, z: Tensor) -> Tensor:
+    def forward(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
         c = self._coords(z)
         u = (c - self.src_mean) @ self.src_whiten
         return self._replace(z, c, self.dst_mean + self.flow(u) @ self.dst_colour)
 
-    def inverse(self, w: Tensor) -> Tensor:
+    def inverse(self, w: Tensor, cond: Tensor | None = None) -> Tensor:
         c = self._coords(w)
         u = self.flow.inverse((c - self.dst_mean) @ self.dst_whiten)
         return self._replace(w, c, self.src_mean + u @ self.src_colour)

@@ -33,6 +33,8 @@ class ActNorm(InvertibleModule):
     True
     """
 
+    initialized: Tensor  # buffer: 1 once the data-dependent start has run
+
     def __init__(self, channels: int) -> None:
         super().__init__()
         if channels < 1:
@@ -94,6 +96,8 @@ class FlagActNorm(InvertibleModule):
     >>> bool(torch.allclose(norm.inverse(y, flags), x, rtol=1e-5, atol=1e-5))
     True
     """
+
+    initialized: Tensor  # buffer: 1 once the data-dependent start has run
 
     def __init__(self, channels: int) -> None:
         super().__init__()

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
 
 class InvertibleModule(nn.Module):
-    """A bijection with an exact inverse.
+    """A bijection with an exact inverse, and optionally the log-determinant of its Jacobian.
 
     ``cond`` is an optional conditioning tensor of shape ``[B]`` (the paper's time flag tau)
     handed unchanged to every conditioner inside; unconditioned blocks ignore it.
+
+    A block whose determinant is cheap (a coupling, an LU-parametrised linear map) also
+    implements :meth:`inverse_logdet`; :func:`has_logdet` says whether one does. The direction
+    is the inverse's, the one a likelihood needs: ``log p(x) = log p_z(g(x)) - logdet``, with
+    ``logdet`` that of ``dx/dz`` at ``z = g(x)``.
+
+    >>> from linearizer.invertible import InvConv1x1
+    >>> block = InvConv1x1(3).double()
+    >>> z = torch.randn(2, 3, 4, 4, dtype=torch.float64)
+    >>> x, logdet = block.inverse_logdet(z)
+    >>> has_logdet(block), bool(torch.equal(x, block.inverse(z))), logdet.shape
+    (True, True, torch.Size([2]))
     """
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:  # pragma: no cover
@@ -18,6 +32,16 @@ class InvertibleModule(nn.Module):
 
     def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:  # pragma: no cover
         raise NotImplementedError
+
+    def inverse_logdet(self, z: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(x, log |det dx/dz|)``: the inverse and, per sample ``[B]``, its log-determinant."""
+        raise NotImplementedError(f"{type(self).__name__} does not compute a log-determinant")
+
+
+def has_logdet(module: nn.Module) -> bool:
+    """Whether ``module`` implements :meth:`InvertibleModule.inverse_logdet`."""
+    method = getattr(type(module), "inverse_logdet", InvertibleModule.inverse_logdet)
+    return method is not InvertibleModule.inverse_logdet
 
 
 def as_cond(value: float | Tensor | None, batch: int, ref: Tensor) -> Tensor | None:
@@ -47,7 +71,7 @@ class Conditioned(nn.Module):
 
     def __init__(self, net: nn.Module, value: float) -> None:
         super().__init__()
-        self.net = net
+        self.net: Any = net  # any module with forward(x, cond) and inverse(z, cond)
         self.value = float(value)
 
     def forward(self, x: Tensor) -> Tensor:

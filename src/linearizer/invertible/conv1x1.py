@@ -2,8 +2,10 @@
 
 ``W = P L (U + diag(sign * exp(log_s)))`` with a fixed permutation ``P``, a unit lower
 triangular ``L`` and a strictly upper ``U``: ``W`` is invertible for every parameter value
-(its diagonal factor never vanishes), and ``W^-1`` comes from two triangular solves, with no
-general matrix inverse.
+(its diagonal factor never vanishes), ``log |det W| = sum(log_s)``, and ``W^-1`` comes from two
+triangular solves, with no general matrix inverse. :class:`LUFactors` holds that
+parametrisation; :class:`InvConv1x1` applies ``W`` to channels, the latent transport's
+:class:`~linearizer.flow.transport.Mixing` to vectors.
 """
 
 from __future__ import annotations
@@ -40,7 +42,44 @@ def _lu_parts(weight: Tensor) -> dict[str, Tensor]:
     return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in parts.items()}
 
 
-class InvConv1x1(InvertibleModule):
+class LUFactors(nn.Module):
+    """The ``L`` and ``U`` factors of an invertible ``n x n`` matrix ``W = P L U``, as
+    parameters that keep ``W`` invertible: ``lower`` (strictly lower part of the unit
+    lower-triangular ``L``), ``upper`` (strictly upper part of ``U``) and ``log_s`` (``U``'s
+    diagonal is ``sign_s * exp(log_s)``). How ``P`` is stored is the owner's, and so is calling
+    :meth:`_register_lu` in ``__init__`` (where its entries go in the state dict).
+
+    >>> lu = LUFactors()
+    >>> lu._register_lu(3)
+    >>> lower, upper = lu._factors()  # W = P L U starts as P
+    >>> bool(torch.equal(lower @ upper, torch.eye(3))), bool(lu.log_abs_det() == 0)
+    (True, True)
+    """
+
+    sign_s: Tensor
+    lower_mask: Tensor
+
+    def _register_lu(self, n: int) -> None:
+        self.register_buffer("sign_s", torch.ones(n))
+        mask = torch.tril(torch.ones(n, n), -1)
+        self.register_buffer("lower_mask", mask, persistent=False)  # a constant
+        self.lower = nn.Parameter(torch.zeros(n, n))
+        self.upper = nn.Parameter(torch.zeros(n, n))
+        self.log_s = nn.Parameter(torch.zeros(n))
+
+    def _factors(self) -> tuple[Tensor, Tensor]:
+        """Unit-lower ``L`` and upper ``U`` (diagonal included)."""
+        eye = torch.eye(len(self.log_s), dtype=self.lower.dtype, device=self.lower.device)
+        lower = self.lower * self.lower_mask + eye
+        upper = self.upper * self.lower_mask.T + torch.diag(self.sign_s * torch.exp(self.log_s))
+        return lower, upper
+
+    def log_abs_det(self) -> Tensor:
+        """``log |det W|`` (a scalar)."""
+        return self.log_s.sum()
+
+
+class InvConv1x1(LUFactors, InvertibleModule):
     """Mix channels at every pixel: ``z[b, o, i, j] = sum_c W[o, c] * y[b, c, i, j]``.
 
     Starts at a random orthogonal matrix (QR of a Gaussian, from torch's global generator).
@@ -56,19 +95,16 @@ class InvConv1x1(InvertibleModule):
     True
     """
 
+    # buffers (registered in __init__; sign_s and lower_mask by LUFactors)
+    perm: Tensor
+
     def __init__(self, channels: int) -> None:
         super().__init__()
         if channels < 1:
             raise LinearizerError(f"InvConv1x1 needs at least one channel, got {channels}")
         self.channels = channels
-        eye = torch.eye(channels)
-        self.register_buffer("perm", eye.clone())
-        self.register_buffer("sign_s", torch.ones(channels))
-        mask = torch.tril(torch.ones(channels, channels), -1)
-        self.register_buffer("lower_mask", mask, persistent=False)  # a constant
-        self.lower = nn.Parameter(torch.zeros(channels, channels))
-        self.upper = nn.Parameter(torch.zeros(channels, channels))
-        self.log_s = nn.Parameter(torch.zeros(channels))
+        self.register_buffer("perm", torch.eye(channels))
+        self._register_lu(channels)
         q, _ = torch.linalg.qr(torch.randn(channels, channels, dtype=torch.float64))
         self.set_weight_(q)
 
@@ -94,13 +130,6 @@ class InvConv1x1(InvertibleModule):
         for name, value in _lu_parts(weight).items():
             getattr(self, name).copy_(value)
 
-    def _factors(self) -> tuple[Tensor, Tensor]:
-        """Unit-lower ``L`` and upper ``U`` (diagonal included)."""
-        eye = torch.eye(self.channels, dtype=self.lower.dtype, device=self.lower.device)
-        lower = self.lower * self.lower_mask + eye
-        upper = self.upper * self.lower_mask.T + torch.diag(self.sign_s * torch.exp(self.log_s))
-        return lower, upper
-
     def weight(self) -> Tensor:
         """The ``[C, C]`` mixing matrix ``W = P L U``."""
         lower, upper = self._factors()
@@ -121,6 +150,10 @@ class InvConv1x1(InvertibleModule):
 
     def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
         return self._mix(z, self.inverse_weight())
+
+    def inverse_logdet(self, z: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        pixels = z.shape[2] * z.shape[3]  # W^-1 at every pixel
+        return self.inverse(z), (-pixels * self.log_abs_det()).to(z.dtype).expand(len(z))
 
     def extra_repr(self) -> str:
         return f"{self.channels}"

@@ -38,12 +38,13 @@ True
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from .actnorm import ActNorm, FlagActNorm
-from .base import as_cond
+from .base import InvertibleModule, as_cond
 from .coupling import AffineCoupling
 from .network import CouplingBlock, InvertibleNetwork
 from .sequential import InvertibleSequential
@@ -78,7 +79,7 @@ def inverse(net: nn.Module, z: Tensor, cond: float | Tensor | None = None) -> Te
 
 
 def _plain(net: nn.Module, x: Tensor, cond, inverse: bool) -> Tensor:
-    return net.inverse(x, cond) if inverse else net(x, cond)
+    return cast(InvertibleModule, net).inverse(x, cond) if inverse else net(x, cond)
 
 
 def _needs_plain_path(chain: Sequence[nn.Module], x: Tensor, cond) -> bool:
@@ -123,7 +124,7 @@ def _unique_params(chain: Sequence[nn.Module]) -> list[nn.Parameter]:
 
 
 def _step(piece: nn.Module, x: Tensor, cond, inverse: bool) -> Tensor:
-    return piece.inverse(x, cond) if inverse else piece(x, cond)
+    return cast(InvertibleModule, piece).inverse(x, cond) if inverse else piece(x, cond)
 
 
 def _coupling_backward(c: AffineCoupling, y: Tensor, grad: Tensor, cond, inverse: bool, own):

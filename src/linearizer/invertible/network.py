@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -103,7 +104,7 @@ class CoarserLevel(InvertibleModule):
     def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
         z = self.squeeze(z)
         for block in reversed(self.blocks):
-            z = block.inverse(z, cond)
+            z = cast(InvertibleModule, block).inverse(z, cond)
         return self.squeeze.inverse(z)
 
 
@@ -231,14 +232,14 @@ class InvertibleNetwork(InvertibleModule):
         wide = self._wide_tail(z.to(dtype))
         if wide is None:
             for block in reversed(self.blocks[self.tail_start :]):
-                z = block.inverse(z, cond)
+                z = cast(InvertibleModule, block).inverse(z, cond)
         else:
             z, flag = z.double(), None if cond is None else cond.double()
             for block in reversed(wide):
-                z = block.inverse(z, flag)
+                z = cast(InvertibleModule, block).inverse(z, flag)
             z = z.to(dtype)
         for block in reversed(self.blocks[: self.tail_start]):
-            z = block.inverse(z, cond)
+            z = cast(InvertibleModule, block).inverse(z, cond)
         if self.squeeze is not None:
             z = self.squeeze.inverse(z)
         return z if self.logit is None else self.logit.inverse(z, cond)

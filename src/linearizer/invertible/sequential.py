@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import cast
 
 from torch import Tensor, nn
 
@@ -33,14 +34,14 @@ class InvertibleSequential(InvertibleModule):
 
     def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
         for block in reversed(self.blocks):
-            z = block.inverse(z, cond)
+            z = cast(InvertibleModule, block).inverse(z, cond)
         return z
 
     def __len__(self) -> int:
         return len(self.blocks)
 
     def __getitem__(self, index: int) -> InvertibleModule:
-        return self.blocks[index]
+        return cast(InvertibleModule, self.blocks[index])
 
     def __iter__(self) -> Iterator[InvertibleModule]:
-        return iter(self.blocks)
+        return iter(cast("Iterable[InvertibleModule]", self.blocks))

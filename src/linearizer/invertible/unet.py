@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -35,10 +36,13 @@ SKIP_SCALE = math.sqrt(0.5)
 RESAMPLE_MODES = ("none", "down", "up")
 
 
-def _xavier(layer: nn.Conv2d | nn.Linear, factor: float = 1.0) -> nn.Module:
+_Layer = TypeVar("_Layer", nn.Conv2d, nn.Linear)
+
+
+def _xavier(layer: _Layer, factor: float = 1.0) -> _Layer:
     """Xavier-uniform weight times ``factor``, zero bias (§3.5)."""
     nn.init.xavier_uniform_(layer.weight, gain=factor)
-    nn.init.zeros_(layer.bias)
+    nn.init.zeros_(cast(Tensor, layer.bias))
     return layer
 
 
@@ -109,7 +113,8 @@ class ResBlock(nn.Module):
             self.qkv = _conv(out_channels, 3 * out_channels, 1, factor=math.sqrt(0.2))
             self.proj = _conv(out_channels, out_channels, 1, factor=1e-5)
         else:
-            self.norm2 = self.qkv = self.proj = None
+            # read only when num_heads > 0, so their declared types hold wherever they are used
+            self.norm2 = self.qkv = self.proj = None  # type: ignore[assignment]
 
     def _resample(self, x: Tensor) -> Tensor:
         if self.mode == "down":

@@ -132,7 +132,8 @@ class WeightedStyleOperator(LinearOperator):
             raise LinearizerError(f"expected latents [B, {self.in_features}], got {list(z.shape)}")
         return z.reshape(z.shape[0], *self.latent_shape)
 
-    def _apply(self, z: Tensor, transpose: bool) -> Tensor:
+    # not `_apply`: that name is nn.Module's hook behind .to(), .double() and .cuda()
+    def _act(self, z: Tensor, transpose: bool) -> Tensor:
         x = self._images(z)
         fn = apply_operator_transpose if transpose else apply_operator
         if self.mixes is None:
@@ -146,10 +147,10 @@ class WeightedStyleOperator(LinearOperator):
         return (out + self.identity * x).reshape(z.shape)
 
     def forward(self, z: Tensor, t: Any = None) -> Tensor:
-        return self._apply(z, transpose=False)
+        return self._act(z, transpose=False)
 
     def transpose_apply(self, y: Tensor, t: Any = None) -> Tensor:
-        return self._apply(y, transpose=True)
+        return self._act(y, transpose=True)
 
 
 # ----------------------------------------------------------------------------- models

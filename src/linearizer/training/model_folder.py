@@ -1,10 +1,14 @@
-"""Hugging Face-style model folders: ``model.safetensors`` + ``config.json``, no pickles.
+"""The one ``save_pretrained`` / ``from_pretrained`` pair: Hugging Face-style model folders
+(``model.safetensors`` + ``config.json``, no pickles), and every other way a model is named.
 
 ``save_pretrained(model, dir, config)`` writes the weights (a shared sub-network stored once)
 and a ``config.json`` holding the model's config, kind, library version and architecture
-signature; ``from_pretrained(dir, build_fn)`` rebuilds the model from that config and loads the
-weights, refusing a folder of another architecture in one line. The folder can be uploaded
-with ``huggingface_hub.upload_folder`` as is; nothing here needs the network.
+signature. The folder can be uploaded with ``huggingface_hub.upload_folder`` as is; nothing
+here needs the network. :func:`from_pretrained` opens such a folder (rebuilding the model with
+``build_fn``, or with its registered run kind), a training run folder, a ``SCHEME:NAME`` spec
+(``pretrained:mnist``) or a bare name of a registered source (``mnist``), the last three through
+:func:`~linearizer.training.runs.load_run`. It refuses a folder of another architecture in one
+line.
 
 >>> import tempfile, torch
 >>> folder = tempfile.mkdtemp()
@@ -29,6 +33,7 @@ from ..errors import LinearizerError
 from ..io import load_tensors, read_json, save_tensors, write_json
 from .checkpoint import check_compatible, dedupe, load_weights, model_signature, shape_table
 from .config import Config
+from .runs import load_run, run_kind, sources
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -68,18 +73,30 @@ def read_pretrained_config(directory: str | Path) -> dict[str, Any]:
 
 
 def from_pretrained(
-    directory: str | Path,
-    build_fn: Callable[[Any], nn.Module],
+    source: str | Path,
+    build_fn: Callable[[Any], nn.Module] | None = None,
     config_cls: type[Config] | None = None,
     model_kind: str | None = None,
     map_location: str | torch.device = "cpu",
 ) -> nn.Module:
-    """Rebuild with ``build_fn(config)`` (``config_cls.from_dict`` of the stored config when
-    given, else the plain dict) and load the weights strictly."""
-    directory = Path(directory)
+    """The model ``source`` names, in eval mode when it comes from a run.
+
+    A folder written by :func:`save_pretrained` is rebuilt with ``build_fn(config)``
+    (``config_cls.from_dict`` of the stored config when given, else the plain dict), or without
+    ``build_fn`` by its run kind's builder, and its weights are loaded strictly. Anything else is
+    a run: a run folder, ``"SCHEME:NAME"``, or a name that is not a path on disk, which the one
+    registered source resolves (``"mnist"`` is ``"pretrained:mnist"``).
+    """
+    directory = Path(source)
+    if not (directory / WEIGHTS_NAME).is_file():  # a run: its weights are in checkpoints/
+        return load_run(_run_spec(str(source))).model.to(map_location)
     meta = read_pretrained_config(directory)
-    cfg = config_cls.from_dict(meta["config"]) if config_cls is not None else meta["config"]
-    model = build_fn(cfg)
+    if build_fn is None:  # a model of a registered kind (flow, projective, style)
+        kind = run_kind(model_kind or meta.get("model_kind", ""))
+        model = kind.build(kind.config.from_dict(meta["config"]), directory)
+    else:
+        cfg = config_cls.from_dict(meta["config"]) if config_cls is not None else meta["config"]
+        model = build_fn(cfg)
     check_compatible(meta, model, model_kind, str(directory))
     state = load_tensors(directory / WEIGHTS_NAME)
     for alias, canonical in meta.get("tied_weights", {}).items():
@@ -90,6 +107,15 @@ def from_pretrained(
         first = str(e).strip().splitlines()[-1].strip()
         raise LinearizerError(f"{directory}: weights do not fit the model: {first}") from None
     return model.to(map_location)
+
+
+def _run_spec(name: str) -> str:
+    """``name`` as :func:`load_run` takes it: a path or ``SCHEME:NAME`` as it is, a bare name
+    prefixed with the scheme of the one registered source (a name, like the Hub's)."""
+    known = sources()
+    if Path(name).exists() or ":" in name or "/" in name or len(known) != 1:
+        return name
+    return f"{known[0]}:{name}"
 
 
 def checkpoint_to_pretrained(

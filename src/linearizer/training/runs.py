@@ -1,10 +1,12 @@
 """Loading any trained run back: one :func:`load_run` for flow, projective (and IGN), style and
-converted-official runs, from a run folder or ``"pretrained:NAME"``.
+converted-official runs, from a run folder or a named source such as ``"pretrained:NAME"``.
 
 A run folder holds ``config.json`` (the resolved config), ``run.json`` (``kind``, status) and
 ``checkpoints/``. Each application registers how to rebuild its model with
 :func:`register_run_kind` when its ``task`` module is imported; :func:`load_run` imports it on
-first use (as presets do), so this module imports no application.
+first use (as presets do). A layer above registers how a ``"SCHEME:NAME"`` spec turns into a run
+folder with :func:`register_source` (:mod:`linearizer.pretrained` registers ``pretrained``), so
+this module knows no source by name.
 
 >>> run = load_run("runs/flow-cpu")                     # doctest: +SKIP
 >>> run.kind, run.step, run.config.network.hidden       # doctest: +SKIP
@@ -27,6 +29,8 @@ from ..errors import LinearizerError
 from ..io import read_json
 from .checkpoint import latest_checkpoint, load_weights, unusable_checkpoints
 
+# The spec prefix callers test for (``cli.cmd_calibrate``, ``repro.runner``); what it resolves
+# to is registered by linearizer.pretrained, above this layer.
 PRETRAINED = "pretrained:"
 
 # Where each kind registers itself (imported on first use; no static upward import).
@@ -87,18 +91,33 @@ def run_kind(name: str) -> RunKind:
     return _KINDS[name]
 
 
+# scheme -> NAME -> run folder, filled by the layers above (see register_source)
+_SOURCES: dict[str, Callable[[str], Path]] = {}
+
+
+def register_source(scheme: str, folder: Callable[[str], Path]) -> None:
+    """Make ``"<scheme>:NAME"`` a spec every loader accepts: it opens the run folder
+    ``folder(NAME)`` returns (made on demand, e.g. unpacked from a package asset)."""
+    _SOURCES[scheme] = folder
+
+
+def sources() -> list[str]:
+    """The registered schemes (``["pretrained"]`` once :mod:`linearizer.pretrained` is loaded)."""
+    return sorted(_SOURCES)
+
+
 def run_folder(spec: str | Path) -> Path:
-    """The folder ``spec`` names: itself, or what ``linearizer.pretrained`` resolves a
-    ``pretrained:NAME`` to."""
-    text = str(spec)
-    if not text.startswith(PRETRAINED):
-        return Path(spec)
-    name = text[len(PRETRAINED) :]
-    try:
-        pretrained = importlib.import_module("linearizer.pretrained")
-    except ImportError:
-        raise LinearizerError(f"unknown pretrained model '{name}' (none ship here)") from None
-    return Path(pretrained.resolve(name))
+    """The folder ``spec`` names: itself, or for ``"SCHEME:NAME"`` with a registered scheme,
+    the folder that scheme's source gives for ``NAME``."""
+    scheme, colon, name = str(spec).partition(":")
+    if colon and scheme in _SOURCES:
+        return Path(_SOURCES[scheme](name))
+    if colon and scheme.isidentifier() and not Path(spec).exists():
+        known = ", ".join(f"{s}:" for s in sorted(_SOURCES)) or "none"
+        raise LinearizerError(f"no source registered for '{scheme}:' (registered: {known}); the "
+                              f"module that provides it registers it on import (linearizer."
+                              f"pretrained provides 'pretrained:')")  # fmt: skip
+    return Path(spec)
 
 
 def folder_kind(run: Path, default: str | None = None) -> str:
@@ -151,4 +170,14 @@ def load_run(spec: str | Path, *, use_ema: bool = True, expect: str | None = Non
     return Run(label, model.eval(), cfg, ckpt.step, run, ckpt.section)
 
 
-__all__ = ["Run", "RunKind", "folder_kind", "load_run", "read_run_config", "register_run_kind"]
+__all__ = [
+    "Run",
+    "RunKind",
+    "folder_kind",
+    "load_run",
+    "read_run_config",
+    "register_run_kind",
+    "register_source",
+    "run_folder",
+    "sources",
+]
