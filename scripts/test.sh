@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The project's test command: set up the environment, lint, then run the test suite.
+# The project's test command: set up the environment, lint, type-check the public modules,
+# then run the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check src tests benchmarks
+bash scripts/typecheck.sh
 .venv/bin/python -m pytest "$@"

@@ -26,7 +26,8 @@ def test_every_command_has_help(capsys):
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
     assert {"train", "sample", "invert", "interpolate", "svd", "repro", "project", "style",
-            "convert-official", "classifier", "info", "demo", "data"} <= set(commands)  # fmt: skip
+            "convert-official", "classifier", "info", "demo", "data", "swap", "evaluate",
+            "calibrate", "restore", "explore"} <= set(commands)  # fmt: skip
     for name in commands:
         with pytest.raises(SystemExit) as exit_:
             main([name, "--help"])

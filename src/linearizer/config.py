@@ -64,6 +64,8 @@ class Config:
     RENAMED: ClassVar[dict[str, str]] = {}
     # Old keys whose setting no longer exists: read (and dropped) from files written before.
     RETIRED: ClassVar[frozenset[str]] = frozenset()
+    # Set by @dataclass on every subclass (declared for type checkers; no value here).
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def __post_init__(self) -> None:
         self.validate()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -129,8 +130,9 @@ class Linearizer(nn.Module):
             raise LinearizerError(
                 f"A must be a LinearOperator or a 2-D tensor, got {type(A).__name__}"
             )
-        self.g_x = g_x
-        self.g_y = g_x if g_y is None else g_y
+        # any modules with forward(x) and inverse(z), not necessarily InvertibleModule
+        self.g_x: Any = g_x
+        self.g_y: Any = g_x if g_y is None else g_y
         self.A = A
         self.check_finite = check_finite
         self._x_shape = _shape_of(x_latent_shape)

@@ -23,6 +23,7 @@ tensor([8.])
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -64,7 +65,7 @@ class InducedSpace:
     def __init__(self, g: nn.Module) -> None:
         if not callable(g) or not callable(getattr(g, "inverse", None)):
             raise LinearizerError("InducedSpace needs a module with forward(x) and inverse(z)")
-        self.g = g
+        self.g: Any = g  # any module with forward(x) and inverse(z)
 
     def encode(self, x: Tensor) -> Tensor:
         return self.g(_batch(x, "x"))
@@ -102,6 +103,7 @@ class InducedSpace:
             z = self.encode(v)
             term = broadcast_coeff(c, z) * z
             total = term if total is None else total + term
+        assert total is not None  # at least one vector, checked above
         return self.decode(total)
 
     def inner(self, u: Tensor, v: Tensor) -> Tensor:

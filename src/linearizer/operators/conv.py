@@ -16,6 +16,9 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -30,7 +33,7 @@ def _pads(size: int) -> tuple[int, int]:
     return before, size - 1 - before
 
 
-def _as_images(z: Tensor, image_shape: tuple[int, int, int]) -> Tensor:
+def _as_images(z: Tensor, image_shape: Sequence[int]) -> Tensor:
     c, h, w = image_shape
     if z.dim() == 4 and tuple(z.shape[1:]) == (c, h, w):
         return z
@@ -79,14 +82,14 @@ def _image_shape(channels: int, image_shape: tuple[int, ...]) -> tuple[int, int,
         raise LinearizerError(
             f"image_shape must be (H, W) or ({channels}, H, W), got {tuple(image_shape)}"
         )
-    return shape  # type: ignore[return-value]
+    return shape
 
 
 def _kernel_size(kernel_size: int | tuple[int, int]) -> tuple[int, int]:
     ks = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
     if len(ks) != 2 or min(ks) < 1:
         raise LinearizerError(f"kernel_size must be a positive int or pair, got {kernel_size}")
-    return ks  # type: ignore[return-value]
+    return ks
 
 
 class DepthwiseConv(LinearOperator):
@@ -125,7 +128,7 @@ class DepthwiseConv(LinearOperator):
         """Wrap a given ``[C, kh, kw]`` kernel (copied; a buffer when ``trainable=False``)."""
         if not isinstance(kernel, Tensor) or kernel.dim() != 3:
             raise LinearizerError("from_kernel needs a [C, kh, kw] tensor")
-        op = cls(kernel.shape[0], tuple(kernel.shape[1:]), image_shape)
+        op = cls(kernel.shape[0], cast("tuple[int, int]", tuple(kernel.shape[1:])), image_shape)
         del op.kernel
         if trainable:
             op.kernel = nn.Parameter(kernel.detach().clone())

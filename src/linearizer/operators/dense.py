@@ -11,6 +11,8 @@ tensor([[4., 0.],
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -118,11 +120,11 @@ class Product(LinearOperator):
 
     def transpose_apply(self, y: Tensor, t: float | Tensor | None = None) -> Tensor:
         for op in self.ops:
-            y = op.transpose_apply(y, t)
+            y = cast(LinearOperator, op).transpose_apply(y, t)
         return y
 
     def matrix(self, t: float | Tensor | None = None, dtype: torch.dtype | None = None) -> Tensor:
-        mats = [op.matrix(t, dtype=dtype) for op in self.ops]
+        mats = [cast(LinearOperator, op).matrix(t, dtype=dtype) for op in self.ops]
         return mats[0] if len(mats) == 1 else torch.linalg.multi_dot(mats)
 
     @property
