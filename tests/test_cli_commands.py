@@ -91,6 +91,14 @@ def test_style_commands(smoke_style_run, tmp_path):
            "--out", tmp_path / "i.png")  # fmt: skip
     for name in ("a.png", "m.png", "i.png"):
         assert (tmp_path / name).stat().st_size > 0
+    dry = [["apply", smoke_style_run, "--style", "red"],
+           ["mix", smoke_style_run, "--weights", "red=1"],
+           ["strength", smoke_style_run, "--style", "red"],
+           ["interpolate", smoke_style_run, "--from", "red", "--to", "blue"]]  # fmt: skip
+    for argv in dry:  # every style command that writes takes --dry-run and writes nothing
+        run_ok("style", *argv, "--out", tmp_path / "dry" / "x.png", "--dry-run")
+    run_ok("style", "evaluate", smoke_style_run, "--out", tmp_path / "dry" / "e", "--dry-run")
+    assert not (tmp_path / "dry").exists()
     content = write_png(tmp_path / "in" / "cat.png", 1)
     style = write_png(tmp_path / "in" / "s.png", 2)
     run_ok("style", "targets", "--content", content, "--style-image", f"red={style}",

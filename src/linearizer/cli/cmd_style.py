@@ -87,6 +87,13 @@ def _parse_styles(items: list[str]) -> dict[str, str]:
     return styles
 
 
+def _dry(args: argparse.Namespace, what: str) -> bool:
+    """With ``--dry-run``: say what would be written (the inputs are checked) and stop."""
+    if args.dry_run:
+        print(f"would write {what} -> {args.out}")
+    return bool(args.dry_run)
+
+
 def _save(image: torch.Tensor, out: str) -> None:
     from ..style.images import save_image
 
@@ -139,6 +146,8 @@ def cmd_targets(args: argparse.Namespace) -> int:
 def cmd_apply(args: argparse.Namespace) -> int:
     bank, cfg = _load_bank(args.run)
     x = _input(args, cfg)
+    if _dry(args, f"the input in style {args.style!r} at strength {args.strength:g}"):
+        return 0
     with torch.no_grad():
         y = bank.strength(x, args.style, args.strength)
     _save(y[0], args.out)
@@ -149,8 +158,10 @@ def cmd_mix(args: argparse.Namespace) -> int:
     bank, cfg = _load_bank(args.run)
     weights = _parse_weights(args.weights)
     x = _input(args, cfg)
+    vec = bank.weight_vector(weights)
+    if _dry(args, f"the input mixed {weights}"):
+        return 0
     with torch.no_grad():
-        vec = bank.weight_vector(weights)
         y = bank.apply_weights(x, vec, args.identity)
     _save(y[0], args.out)
     return 0
@@ -163,6 +174,8 @@ def cmd_strength(args: argparse.Namespace) -> int:
     if args.n < 2:
         raise LinearizerError(f"--n must be >= 2, got {args.n}")
     x = _input(args, cfg)
+    if _dry(args, f"a strip of {args.style!r} at {args.n} strengths 0 ... {args.max:g}"):
+        return 0
     alphas = torch.linspace(0.0, args.max, args.n)
     with torch.no_grad():
         y = bank.strength(x.expand(args.n, -1, -1, -1), args.style, alphas)
@@ -178,6 +191,8 @@ def cmd_interpolate(args: argparse.Namespace) -> int:
         raise LinearizerError(f"--n must be >= 2, got {args.n}")
     model, cfg = _load_style(args.run)
     x = _input(args, cfg)
+    if _dry(args, f"a strip {args.start} -> {args.end} of {args.n} frames"):
+        return 0
     with torch.no_grad():
         frames, _ = model.interpolate(x, args.start, args.end, args.n)
         rows = [frames]
@@ -223,8 +238,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise LinearizerError(f"--wall-time expects NAME=SECONDS, got {item!r}") from None
         if not sep:
             raise LinearizerError(f"--wall-time expects NAME=SECONDS, got {item!r}")
-    data = load_style_data(cfg)
     out = Path(args.out or Path(args.run) / "eval")
+    if args.dry_run:
+        print(f"would evaluate {args.run} (index run: {args.index_run}) -> {out}")
+        return 0
+    data = load_style_data(cfg)
     started = time.perf_counter()
     results = evaluate_bank(
         bank,
@@ -279,6 +297,8 @@ def _common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
     )
     if out_required:
         p.add_argument("--out", required=True, metavar="PNG", help="output image")
+    p.add_argument("--dry-run", action="store_true", help="check the inputs, say what would "
+                   "be written, and exit")  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -389,6 +409,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="extra wall times to record (e.g. targets=95)",
     )
     e.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    e.add_argument("--dry-run", action="store_true", help="check the runs, say what would be "
+                   "written, and exit")  # fmt: skip
     e.add_argument(
         "--image-format",
         choices=["png", "jpg"],
