@@ -8,7 +8,7 @@ import torch
 
 from linearizer.cli.main import main
 from linearizer.errors import LinearizerError
-from linearizer.flow.evaluate import EvalOptions, default_rows, evaluate_flow, markdown_table
+from linearizer.flow.evaluate import EvalOptions, default_rows, evaluate_flow, results_table
 from linearizer.flow.spec import SamplerSpec
 from linearizer.flow.task import FlowTask, load_flow_run, load_images
 from linearizer.metrics.precision_recall import coverage_share, knn_radii, precision_recall
@@ -79,7 +79,7 @@ def test_evaluate_flow_rows_and_reference_order(run):
         assert sum(row["class_histogram"]) == 48
     assert set(samples) == {"method", "authors-grid"}
     assert samples["method"].shape == (48, 1, 8, 8)
-    assert markdown_table(results).count("\n") == 2 + len(names)
+    assert results_table(results).count("\n") == 2 + len(names)
 
 
 def test_evaluate_command_writes_results_and_grids(run, tmp_path):

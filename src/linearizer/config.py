@@ -399,11 +399,10 @@ def render_options(cfg_or_cls: Config | type[Config], markdown: bool = False) ->
     """All options with type, default and help: plain text for ``--help``, or a Markdown table."""
     rows = describe(cfg_or_cls)
     if markdown:
-        lines = ["| option | type | default | meaning |", "|---|---|---|---|"]
-        for name, tp, value, help_ in rows:
-            tp_cell = tp.replace("|", "\\|")
-            lines.append(f"| `{name}` | {tp_cell} | `{_show(value)}` | {help_} |")
-        return "\n".join(lines) + "\n"
+        from .report import markdown_table
+
+        table = [[f"`{name}`", tp, f"`{_show(value)}`", help_] for name, tp, value, help_ in rows]
+        return markdown_table(["option", "type", "default", "meaning"], table) + "\n"
     width = max((len(r[0]) for r in rows), default=0)
     lines = [f"  {n:<{width}}  {h} [{t}, default: {_show(v)}]" for n, t, v, h in rows]
     return "\n".join(lines) + "\n"

@@ -27,6 +27,7 @@ from torch import Tensor
 from ..errors import LinearizerError
 from ..io import write_json, write_text
 from ..metrics.classifier import lenet_view, load_classifier, predict_logits
+from ..report import markdown_table
 from .evaluate import EvalOptions, Progress, Reference, draw_samples
 from .model import OneStepFlow
 from .spec import SamplerSpec
@@ -114,25 +115,21 @@ COLUMNS = (
 )
 
 
-def markdown_tables(results: dict) -> str:
+def results_tables(results: dict) -> str:
     """The sweep table (one row per w) and the per-class accuracy table."""
-    head = "| sampler | " + " | ".join(c[0] for c in COLUMNS) + " |"
-    lines = [head, "|" + "---|" * (len(COLUMNS) + 1)]
+    sweep = []
     for row in results["rows"]:
         cells = [fmt.format(row[key]) for _, key, fmt in COLUMNS if key]
         cells.append(f"{row['lenet_accuracy_mean']:.3f} / {row['lenet_accuracy_min']:.3f}")
         cells.append(f"{row['judge_accuracy_mean']:.3f} / {row['judge_accuracy_min']:.3f}")
-        lines.append(f"| {row['name']}: {row['what']} | " + " | ".join(cells) + " |")
-    classes = results["classes"]
-    lines += ["", "Per class, the share of samples classified as the class asked for "
-              "(LeNet / judge):", "",
-              "| w | " + " | ".join(str(c) for c in range(classes)) + " |",
-              "|" + "---|" * (classes + 1)]  # fmt: skip
-    for row in results["rows"]:
-        pairs = zip(row["lenet_accuracy"], row["judge_accuracy"], strict=True)
-        lines.append(f"| {row['name']} | " + " | ".join(f"{a:.3f} / {b:.3f}" for a, b in pairs)
-                     + " |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+        sweep.append([f"{row['name']}: {row['what']}", *cells])
+    per_class = [[row["name"], *(f"{a:.3f} / {b:.3f}" for a, b in zip(
+        row["lenet_accuracy"], row["judge_accuracy"], strict=True))]
+        for row in results["rows"]]  # fmt: skip
+    return "\n".join([
+        markdown_table(["sampler", *(c[0] for c in COLUMNS)], sweep), "",
+        "Per class, the share of samples classified as the class asked for (LeNet / judge):", "",
+        markdown_table(["w", *range(results["classes"])], per_class)]) + "\n"  # fmt: skip
 
 
 def sweep_figure(results: dict, path: Path) -> Path | None:
@@ -173,7 +170,7 @@ def write_sweep(results: dict, grids: dict[str, Tensor], out: str | Path) -> lis
     out = Path(out)
     paths = [write_json(out / "results.json", results)]
     title = results.get("title", "Class-conditional evaluation")
-    paths.append(write_text(out / "results.md", f"# {title}\n\n{markdown_tables(results)}"))
+    paths.append(write_text(out / "results.md", f"# {title}\n\n{results_tables(results)}"))
     fig = sweep_figure(results, out / "guidance.png")
     if fig is not None:
         paths.append(fig)

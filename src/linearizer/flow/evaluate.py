@@ -41,6 +41,7 @@ from ..metrics import classifier_stats, fid_from_features, kid_from_features, le
 from ..metrics.classifier import LeNet, lenet_view, load_classifier
 from ..metrics.judge import judge_features, load_judge
 from ..metrics.precision_recall import coverage_share, knn_radii
+from ..report import markdown_table
 from .model import OneStepFlow
 from .spec import SamplerSpec
 
@@ -209,14 +210,11 @@ COLUMNS = (
 )
 
 
-def markdown_table(results: dict) -> str:
+def results_table(results: dict) -> str:
     """The results as a markdown table, one row per sampler or reference set."""
-    head = "| set | " + " | ".join(c[0] for c in COLUMNS) + " |"
-    lines = [head, "|" + "---|" * (len(COLUMNS) + 1)]
-    for row in results["rows"]:
-        cells = [fmt.format(row[key]) for _, key, fmt in COLUMNS]
-        lines.append(f"| {row['name']}: {row['what']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [[f"{row['name']}: {row['what']}", *(fmt.format(row[key]) for _, key, fmt in COLUMNS)]
+            for row in results["rows"]]  # fmt: skip
+    return markdown_table(["set", *(c[0] for c in COLUMNS)], rows) + "\n"
 
 
 def write_results(results: dict, samples: dict[str, Tensor], out: str | Path) -> list[Path]:
@@ -224,7 +222,7 @@ def write_results(results: dict, samples: dict[str, Tensor], out: str | Path) ->
     out = Path(out)
     paths = [write_json(out / "results.json", results)]
     head = results.get("title", "Evaluation")
-    text = f"# {head}\n\n{markdown_table(results)}"
+    text = f"# {head}\n\n{results_table(results)}"
     paths.append(write_text(out / "results.md", text))
     for name, images in samples.items():
         path = out / f"grid_{name}.png"

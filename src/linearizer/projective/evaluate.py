@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from ..data import load_dataset, save_grid
 from ..errors import LinearizerError
 from ..io import read_json, write_json, write_text
+from ..report import markdown_table
 from .config import ProjectiveConfig
 from .corrupt import CORRUPTIONS, corrupt
 from .ign import as_trained
@@ -241,14 +242,13 @@ def render_report(results: dict[str, Any], meta: dict[str, Any]) -> str:
         f"n = {meta['n']} inputs per family, seed {meta['seed']}; runs: "
         + ", ".join(f"{k} = `{v}`" for k, v in meta["runs"].items()),
         "",
-        "| measurement | " + " | ".join(models) + " |",
-        "|---|" + "---|" * len(models),
     ]
+    table = []
     for label, key in rows:
         values = [results.get(key.format(m=m)) for m in models]
-        if all(v is None for v in values):
-            continue
-        lines.append(f"| {label} | " + " | ".join(_fmt(v) for v in values) + " |")
+        if any(v is not None for v in values):
+            table.append([label, *(_fmt(v) for v in values)])
+    lines.append(markdown_table(["measurement", *models], table))
     lines += ["", "Reference points:", ""]
     ref = results.get("fid_lenet.reference.train_vs_test")
     if ref is not None:

@@ -10,6 +10,7 @@ import torch
 from .. import __version__
 from ..flow.config import FlowConfig
 from ..flow.objective import resolve_perceptual
+from ..report import markdown_table
 from .claims import THRESHOLDS
 
 COLUMNS = ("claim", "paper", "reference", "measured", "verdict", "wall s")
@@ -41,13 +42,15 @@ def rows(claims: dict[str, dict]) -> list[tuple[str, ...]]:
     ]
 
 
-def markdown_table(claims: dict[str, dict]) -> str:
-    def cell(s: str) -> str:
-        return s.replace("|", "\\|").replace("\n", " ")
+def _set_row(name: str, s: dict) -> list[str]:
+    fid = "-" if s["fid_lenet"] is None else f"{s['fid_lenet']:.4f}"
+    kid = "-" if s["kid_lenet"] is None else f"{s['kid_lenet']:.3g}"
+    cl = s["classifier"]
+    return [name, fid, kid, f"{cl['mean_max_prob']:.3f}", str(cl["class_histogram"])]
 
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows(claims)]
-    return "\n".join(lines)
+
+def claims_table(claims: dict[str, dict]) -> str:
+    return markdown_table(COLUMNS, rows(claims))
 
 
 def terminal_table(claims: dict[str, dict]) -> str:
@@ -168,7 +171,7 @@ def render_report(results: dict) -> str:
         "",
         "## Claims",
         "",
-        markdown_table(claims),
+        claims_table(claims),
         "",
         f"Sizes: {opts['n']} pairs/samples/images for the exactness checks (networks in "
         f"float64), {claims['generation']['samples']} samples per FID set, "
@@ -195,16 +198,9 @@ def render_report(results: dict) -> str:
                 continue
             lines.append(f"- {key}: {_fmt(value)}")
         if "sets" in c:
-            lines += ["", "| sample set | FID (LeNet) | KID (LeNet) | mean max-softmax | "
-                      "class histogram |", "|---|---|---|---|---|"]  # fmt: skip
-            for set_name, s in c["sets"].items():
-                cl = s["classifier"]
-                fid = "-" if s["fid_lenet"] is None else f"{s['fid_lenet']:.4f}"
-                kid = "-" if s["kid_lenet"] is None else f"{s['kid_lenet']:.3g}"
-                lines.append(
-                    f"| {set_name} | {fid} | {kid} | {cl['mean_max_prob']:.3f} | "
-                    f"{cl['class_histogram']} |"
-                )
+            header = ["sample set", "FID (LeNet)", "KID (LeNet)", "mean max-softmax",
+                      "class histogram"]  # fmt: skip
+            lines += ["", markdown_table(header, [_set_row(n, s) for n, s in c["sets"].items()])]
         lines.append("")
     lines += ["## Deviations from the paper", ""]
     lines += [f"- {d}" for d in deviations(cfg, results["step"])]

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ..errors import LinearizerError
 from ..io import write_json, write_text
+from ..report import markdown_table
 from .degradations import TASKS, Degradation, make_degradation
 from .evaluate import EXACT, METHODS, Prior, prior_mse, restore, score
 from .figures import save_residuals, save_strip_figure
@@ -269,21 +270,18 @@ def summary_table(results: dict[str, Any]) -> list[str]:
     names = [m for m in METHODS if any(m in r for r in tasks.values())]
     has_acc = any("lenet_accuracy" in r.get(m, {}) for r in tasks.values() for m in names)
     what = "PSNR (dB) / LeNet accuracy (%)" if has_acc else "PSNR (dB)"
-    lines = [f"Summary, {what}:", "", "| task | " + " | ".join(LABELS[m] for m in names) + " |"]
-    lines.append("|---|" + "---|" * len(names))
-    for task, res in tasks.items():
-        cells = []
-        for m in names:
-            r = res.get(m)
-            if r is None:
-                cells.append("—")
-                continue
-            cell = _fmt(r["psnr"])
-            if "lenet_accuracy" in r:
-                cell += " / " + _fmt(r["lenet_accuracy"], "pct")
-            cells.append(cell)
-        lines.append(f"| {task} | " + " | ".join(cells) + " |")
-    return [*lines, ""]
+    table = [[task, *(_summary_cell(res.get(m)) for m in names)] for task, res in tasks.items()]
+    head = ["task", *(LABELS[m] for m in names)]
+    return [f"Summary, {what}:", "", markdown_table(head, table), ""]
+
+
+def _summary_cell(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "—"
+    text = _fmt(r["psnr"])
+    if "lenet_accuracy" in r:
+        text += " / " + _fmt(r["lenet_accuracy"], "pct")
+    return text
 
 
 def render_report(results: dict[str, Any]) -> str:
@@ -316,8 +314,7 @@ def render_report(results: dict[str, Any]) -> str:
             )
         lines += [f"## {task}", "", f"{extra}. Figure: `strip_{task}.png`.", ""]
         cols = [c for c in COLUMNS if any(c[1] in v for v in res.values() if isinstance(v, dict))]
-        lines.append("| method | " + " | ".join(c[0] for c in cols) + " |")
-        lines.append("|---|" + "---|" * len(cols))
+        table = []
         for name in ("observation", *METHODS):
             if name not in res:
                 continue
@@ -326,9 +323,8 @@ def render_report(results: dict[str, Any]) -> str:
                 label += " *"
             if res[name].get("n", meta["n"]) < meta["n"]:
                 label += f" (first {res[name]['n']})"
-            vals = [_fmt(res[name].get(key), kind) for _, key, kind in cols]
-            lines.append(f"| {label} | " + " | ".join(vals) + " |")
-        lines.append("")
+            table.append([label, *(_fmt(res[name].get(key), kind) for _, key, kind in cols)])
+        lines += [markdown_table(["method", *(c[0] for c in cols)], table), ""]
     lines += [
         "FID (LeNet): against the last 10,000 training digits; on fewer samples (the noise "
         "optimisation's rows) it is biased upwards and not comparable with the other rows. "

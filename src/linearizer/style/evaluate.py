@@ -30,6 +30,7 @@ from torch import Tensor
 from ..errors import LinearizerError
 from ..io import read_json, write_json, write_text
 from ..metrics import psnr, ssim
+from ..report import markdown_table
 from .bank import IndexStyleNet, StyleBank, StyleModel
 from .images import save_picture
 from .task import StyleData
@@ -332,14 +333,12 @@ def render_report(results: dict[str, Any]) -> str:
         f"all: worst of {mix['general_cases']}, adding strengths 1.5, an extrapolation and "
         "signed weights.",
         "",
-        "| dtype | convex, worst | convex, median | all, worst | worst case (all) |",
-        "|---|---|---|---|---|",
-    ]
-    for m in (mix, mix64):
-        lines.append(
-            f"| {m['dtype']} | {m['rel_err']:.2e} | {m['median']:.2e} | "
-            f"{m['rel_err_general']:.2e} | {m['worst_general_case']} |"
-        )
+        markdown_table(
+            ["dtype", "convex, worst", "convex, median", "all, worst", "worst case (all)"],
+            [[m["dtype"], f"{m['rel_err']:.2e}", f"{m['median']:.2e}",
+              f"{m['rel_err_general']:.2e}", m["worst_general_case"]] for m in (mix, mix64)],
+        ),
+    ]  # fmt: skip
     by = mix.get("rel_err_by_style", {})
     if by:
         worst = ", ".join(f"{k} {v:.1e}" for k, v in by.items())
@@ -350,37 +349,32 @@ def render_report(results: dict[str, Any]) -> str:
         "",
         "## Fidelity to the targets (PSNR dB / SSIM)",
         "",
-        "| style | " + " | ".join(cols) + " |",
-        "|---" * (len(cols) + 1) + "|",
-    ]
-    for name in results["styles"]:
-        cells = [f"{fid[c][name]['psnr']:.2f} / {fid[c][name]['ssim']:.3f}" for c in cols]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        markdown_table(["style", *cols], [
+            [name, *(f"{fid[c][name]['psnr']:.2f} / {fid[c][name]['ssim']:.3f}" for c in cols)]
+            for name in results["styles"]]),
+    ]  # fmt: skip
     interp = results["index_interpolation"]
     lines += [
         "",
         f"## Interpolation strips ({interp['frames']} frames, mean over {interp['pairs']} pairs)",
         "",
-        "| model | path_dev_g | path_ratio | step_unevenness | curvature |",
-        "|---|---|---|---|---|",
     ]
-    for who, label in (("ours", "operator mixing (ours)"), ("index", "index interpolation")):
-        if who in interp:
-            m = interp[who]
-            lines.append(
-                f"| {label} | {m['path_dev_g']:.2e} | {m['path_ratio']:.3f} | "
-                f"{m['step_unevenness']:.2f} | {m['curvature']:.3f} |"
-            )
+    strips = [[label, f"{m['path_dev_g']:.2e}", f"{m['path_ratio']:.3f}",
+               f"{m['step_unevenness']:.2f}", f"{m['curvature']:.3f}"]
+              for who, label in (("ours", "operator mixing (ours)"),
+                                 ("index", "index interpolation"))
+              if (m := interp.get(who)) is not None]  # fmt: skip
+    lines.append(markdown_table(
+        ["model", "path_dev_g", "path_ratio", "step_unevenness", "curvature"], strips))
     timing = results.get("wall_time_s", {})
     if timing:
         lines += [
             "",
             "## Wall time (seconds)",
             "",
-            "| phase | seconds |",
-            "|---|---|",
-        ]
-        lines += [f"| {k} | {v:.0f} |" for k, v in timing.items() if v is not None]
+            markdown_table(["phase", "seconds"],
+                           [[k, f"{v:.0f}"] for k, v in timing.items() if v is not None]),
+        ]  # fmt: skip
         lines += [
             "",
             f"Threads: training {results.get('train_threads', '?')}, "
