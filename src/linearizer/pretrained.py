@@ -54,6 +54,8 @@ from .training.model_folder import from_pretrained
 from .training.runs import load_run, register_source, run_folder, run_kind
 
 FORMAT = "linearizer.pretrained/1"
+# The run spec prefix of a shipped model: "pretrained:mnist".
+PRETRAINED = "pretrained:"
 # Tensors of a shipped latent calibration (flow.calibration) beside the weights in one file.
 CALIBRATION = "calibration."
 # name -> asset file stem in linearizer/assets

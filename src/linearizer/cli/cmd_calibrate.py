@@ -16,7 +16,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..flow.calibration import FitOptions, fit_calibration, save_calibration
-    from ..training.runs import PRETRAINED, load_run
+    from ..pretrained import PRETRAINED
+    from ..training.runs import load_run
 
     if str(args.run).startswith(PRETRAINED):
         raise LinearizerError(

@@ -232,7 +232,7 @@ def _commands(command: str, target: str, run: Path, preset: str | None, out: Pat
 def _run_name(target: str, run: Path) -> tuple[str, Path]:
     """How the report names the run, and the folder its training command writes: a pretrained
     model by its name, not by the cache folder it unpacks to."""
-    from ..training.runs import PRETRAINED
+    from ..pretrained import PRETRAINED
 
     if target.startswith(PRETRAINED):
         return target, Path("runs") / target[len(PRETRAINED) :]

@@ -20,7 +20,7 @@ from .bank import (
 from .config import StyleConfig
 from .images import has_skimage, image_name, load_image, save_image
 from .targets import DEFAULT_CONTENT, DEFAULT_STYLES, GatysSettings, make_targets, stylise
-from .task import StyleData, StyleTask, load_style_data, load_style_run, prepare_config
+from .task import StyleData, StyleTask, load_style_data, prepare_config
 
 __all__ = [
     "DEFAULT_CONTENT",
@@ -42,7 +42,6 @@ __all__ = [
     "image_name",
     "load_image",
     "load_style_data",
-    "load_style_run",
     "make_targets",
     "prepare_config",
     "save_image",

@@ -23,7 +23,7 @@ from ..errors import LinearizerError
 from ..io import read_json, write_json
 from ..metrics import psnr
 from ..training.random_streams import StepRandom
-from ..training.runs import load_run, read_run_config, register_run_kind
+from ..training.runs import read_run_config, register_run_kind
 from .bank import StyleModel, build_style_model
 from .config import StyleConfig
 from .images import SKIMAGE_PREFIX, image_name, list_images, load_image
@@ -205,14 +205,6 @@ class StyleTask:
 def run_config(run_dir: str | Path) -> StyleConfig:
     """The resolved config of a style run folder (one clear error if it is not one)."""
     return read_run_config(run_dir, expect="style")
-
-
-def load_style_run(
-    run_dir: str | Path, *, use_ema: bool = True
-) -> tuple[StyleModel, StyleConfig, int]:
-    """``(model, config, step)`` of a style run: :func:`~linearizer.training.runs.load_run`."""
-    run = load_run(run_dir, use_ema=use_ema, expect="style")
-    return run.model, run.config, run.step
 
 
 def _build_for_run(cfg: StyleConfig, run_dir: Path) -> StyleModel:

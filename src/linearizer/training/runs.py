@@ -29,10 +29,6 @@ from ..errors import LinearizerError
 from ..io import read_json
 from .checkpoint import latest_checkpoint, load_weights, unusable_checkpoints
 
-# The spec prefix callers test for (``cli.cmd_calibrate``, ``repro.runner``); what it resolves
-# to is registered by linearizer.pretrained, above this layer.
-PRETRAINED = "pretrained:"
-
 # Where each kind registers itself (imported on first use; no static upward import).
 _HOMES = {
     "flow": "linearizer.flow.task",
