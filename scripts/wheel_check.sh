@@ -47,7 +47,7 @@ other = [n for n in names if n.startswith("linearizer/") and not n.endswith(".py
          and n not in assets]
 print(f"  other package data: {', '.join(other) or 'none'}")
 missing = [a for a in ("linearizer/py.typed",) if a not in names]
-for stem in ("flow_mnist", "flow_mnist_r16", "lenet_mnist", "judge_mnist"):
+for stem in ("flow_mnist", "flow_mnist_r16", "flow_mnist_cond", "lenet_mnist", "judge_mnist"):
     for ext in ("safetensors", "json"):
         if f"linearizer/assets/{stem}.{ext}" not in names:
             missing.append(f"linearizer/assets/{stem}.{ext}")
@@ -87,6 +87,11 @@ for f in samples.npz samples.png samples.json; do
   [[ -s OUT/$f ]] || { echo "error: sample wrote no OUT/$f" >&2; exit 1; }
 done
 step "linearizer sample pretrained:mnist --n 16: OUT/samples.{npz,png,json}"
+
+"$LIN" sample pretrained:mnist-cond --class 3 --guidance 1 --n 8 --out OUT3 >"$WORK/cond.log" \
+  2>&1 || { cat "$WORK/cond.log"; exit 1; }
+[[ -s OUT3/samples.npz ]] || { echo "error: sample wrote no OUT3/samples.npz" >&2; exit 1; }
+step "linearizer sample pretrained:mnist-cond --class 3 --guidance 1 --n 8: OUT3/samples.npz"
 
 # evaluate reads the MNIST test and training images, and cannot run without network unless
 # they are cached: fetch them first with the library's own fetcher (cache, then system

@@ -122,7 +122,7 @@ def test_one_from_pretrained_opens_names_specs_run_folders_and_saved_folders(ass
         pretrained.from_pretrained(tmp_path / "missing")
 
 
-@pytest.mark.parametrize("name", ["mnist", "mnist-r16"])
+@pytest.mark.parametrize("name", ["mnist", "mnist-r16", "mnist-cond"])
 def test_shipped_mnist_models_verify_and_sample(monkeypatch, tmp_path, name):
     monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path))
     meta = pretrained.verify(name)
@@ -149,11 +149,12 @@ def _off_manifold(n: int = 16) -> dict[str, torch.Tensor]:
     }
 
 
-def test_the_data_side_round_trips_off_the_data_in_float32(monkeypatch, tmp_path):
-    """The shipped model's fully connected blocks run in float64 out of training mode: in
+@pytest.mark.parametrize("name", ["mnist", "mnist-cond"])
+def test_the_data_side_round_trips_off_the_data_in_float32(monkeypatch, tmp_path, name):
+    """The shipped models' fully connected blocks run in float64 out of training mode: in
     float32 alone these inputs came back off by 0.3 to 1.05 (docs/flow/roundtrip.md)."""
     monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path))
-    model = pretrained.from_pretrained("mnist")
+    model = pretrained.from_pretrained(name)
     assert next(model.parameters()).dtype == torch.float32
     with torch.no_grad():
         for name, x in _off_manifold().items():
@@ -176,3 +177,20 @@ def test_invert_says_when_a_round_trip_is_off(monkeypatch, tmp_path, capsys):
     assert main([*argv, "--dtype", "float32"]) == 0  # B^-1 in float32 fails on any image
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("note: the round trip of image(s) 0, 1, 2, 3")
+
+
+def test_the_shipped_conditional_model_draws_the_class_asked_for(monkeypatch, tmp_path):
+    """pretrained:mnist-cond, the trained map alone: the LeNet reads the class asked for (a
+    model whose class embeddings were lost or ignored scores about 0.1)."""
+    from linearizer.flow.spec import SamplerSpec
+    from linearizer.metrics.classifier import lenet_view, load_classifier, predict_logits
+
+    monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path))
+    model = pretrained.from_pretrained("mnist-cond")
+    spec = SamplerSpec(steps=100, guidance=1.0)
+    labels = torch.arange(100) % 10
+    x0 = spec.noise(100, model.image_shape, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        x = model.sample(x0, spec, labels=labels)
+    predicted = predict_logits(load_classifier(), lenet_view(x)).argmax(1)
+    assert float((predicted == labels).double().mean()) >= 0.9

@@ -15,11 +15,11 @@ loader that opens a run opens ``pretrained:NAME``: ``linearizer sample pretraine
 :mod:`linearizer.training.model_folder`, which also opens run folders and saved folders).
 
 >>> available()
-['mnist', 'mnist-r16']
+['mnist', 'mnist-cond', 'mnist-r16']
 >>> run_folder("pretrained:nope")
 Traceback (most recent call last):
     ...
-linearizer.errors.LinearizerError: unknown pretrained model 'nope'; available: mnist, mnist-r16
+linearizer.errors.LinearizerError: unknown pretrained model 'nope'; available: mnist, mnist-cond, mnist-r16
 >>> model = from_pretrained("mnist")                    # doctest: +SKIP
 >>> model.sample(torch.randn(8, 1, 32, 32)).shape        # doctest: +SKIP
 torch.Size([8, 1, 32, 32])
@@ -59,7 +59,7 @@ PRETRAINED = "pretrained:"
 # Tensors of a shipped latent calibration (flow.calibration) beside the weights in one file.
 CALIBRATION = "calibration."
 # name -> asset file stem in linearizer/assets
-ASSETS = {"mnist": "flow_mnist", "mnist-r16": "flow_mnist_r16"}
+ASSETS = {"mnist": "flow_mnist", "mnist-r16": "flow_mnist_r16", "mnist-cond": "flow_mnist_cond"}
 
 
 def available() -> list[str]:
