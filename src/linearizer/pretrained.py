@@ -19,7 +19,7 @@ loader that opens a run opens ``pretrained:NAME``: ``linearizer sample pretraine
 >>> run_folder("pretrained:nope")
 Traceback (most recent call last):
     ...
-linearizer.errors.LinearizerError: unknown pretrained model 'nope'; available: mnist, mnist-cond, mnist-r16
+linearizer.errors.LinearizerError: unknown pretrained model 'nope'; available: ...
 >>> model = from_pretrained("mnist")                    # doctest: +SKIP
 >>> model.sample(torch.randn(8, 1, 32, 32)).shape        # doctest: +SKIP
 torch.Size([8, 1, 32, 32])
