@@ -153,7 +153,8 @@ def choose(driver, elem_id: str, value: str) -> None:
     """Pick ``value`` in the dropdown ``elem_id``."""
     css(driver, f"#{elem_id} input")[0].click()
     options = wait(driver, lambda d: css(d, "ul[role='listbox'] li"))
-    names = [o.text.split("\n")[-1].strip() for o in options]  # the chosen one starts with ✓
+    # textContent, not .text: an option scrolled out of the list's view has no rendered text
+    names = [(o.get_attribute("textContent") or "").replace("✓", "").strip() for o in options]
     if value not in names:
         from linearizer.errors import LinearizerError
 

@@ -165,7 +165,8 @@ def test_class_picker_of_a_conditional_run(browser, tmp_path_factory):
         assert browser.find_elements(By.CSS_SELECTOR, "#generate-guidance input[type='range']")
         picker[0].click()
         options = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "ul[role='listbox'] li"))
-        names = [o.text.split("\n")[-1].strip() for o in options]  # after the chosen one's ✓
+        # textContent, not .text: an option not yet laid out has no rendered text
+        names = [(o.get_attribute("textContent") or "").replace("✓", "").strip() for o in options]
         assert names == ["mixture", "0", "1", "2"]
         options[2].click()  # class 1
         browser.find_element(By.ID, "generate-button").click()
