@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "linearizer"
 
 # Lowest first: a module may import its own layer and the layers below it.
 LAYERS = [
-    {"errors", "io", "checks", "config", "safe_pickle"},
+    {"errors", "io", "checks", "config", "safe_pickle", "report"},
     {"invertible", "operators"},
     {"algebra", "testing", "linearizer"},
     {"image_model", "data", "metrics"},
@@ -255,3 +255,9 @@ def report(package: Path = PACKAGE) -> str:
 
 if __name__ == "__main__":  # python tests/test_layering.py [PACKAGE_DIR]
     print(report(Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else PACKAGE))
+
+
+def test_the_docs_import_table_is_the_generated_one():
+    """docs/architecture.md shows what the source imports (regenerate it from package_table())."""
+    docs = (PACKAGE.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert package_table() in docs, "docs/architecture.md's import table is out of date"
