@@ -56,3 +56,23 @@ def test_precision_quick_smoke(tmp_path):
     assert set(report["steps_per_s"]) == {"float32", "bfloat16"}
     assert all(v > 0 for rates in report["steps_per_s"].values() for v in rates)
     assert report["ratio_bfloat16_to_float32"] > 0
+
+
+def test_step_quick_smoke(tmp_path):
+    """benchmarks/step.py's whole path: trees side by side (a checkout given by path), a
+    variant, the reference, the profile's split and the JSON (tiny shapes, no timing asserts)."""
+    out = tmp_path / "step.json"
+    root = BENCH.parent
+    cmd = [sys.executable, str(BENCH / "step.py"), "--quick", "--threads", "1",
+           "--variants", "fused-adam", "--against", str(root), "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    cpu = report["results"]["cpu/ours@128"]
+    assert set(cpu) == {"this", "this+fused-adam", str(root)}
+    assert set(report["results"]["paper/reference@32"]) == {"this"}
+    for case in report["results"].values():
+        for summary in case.values():
+            assert summary["steps_per_s"] > 0 and summary["gflop_per_step"] > 0
+            assert abs(sum(summary["split"].values()) - 1) < 1e-9
+    assert "the steps/s of the authors' algorithms" in proc.stdout
