@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -78,7 +79,6 @@ COPIES = (
     "scatter",
     "constant_pad",
 )
-QUICK_NET = dict(img_size=8, blocks=1, hidden=8, unet_attn=(4,))
 # Levers tried on this tree's step without changing its code (--variants): each is measured as
 # one more tree beside this one.
 VARIANTS = {
@@ -231,7 +231,7 @@ def _category(name: str) -> str | None:
 def _profile(step, batch: int) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
-    step(batch)
+    # the timed steps before this one have warmed the model, the allocator and any compile
     with profile(activities=[ProfilerActivity.CPU], with_flops=True) as p:
         start = time.perf_counter()
         step(batch)
@@ -471,18 +471,12 @@ def main(argv: list[str] | None = None) -> int:
             "threads": args.threads,
             "rounds": args.rounds,
             "seconds": args.seconds,
-            "torch": _torch_version(),
+            "torch": version("torch"),
             "date": time.strftime("%Y-%m-%d"),
             "trees": {k: f"{v[0]} {v[1]}".strip() for k, v in trees.items()},
         }
         args.out.write_text(json.dumps({"meta": meta, "results": results, "raw": raw}, indent=1))
     return 0
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
 
 
 if __name__ == "__main__":

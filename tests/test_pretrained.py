@@ -149,12 +149,12 @@ def _off_manifold(n: int = 16) -> dict[str, torch.Tensor]:
     }
 
 
-@pytest.mark.parametrize("name", ["mnist", "mnist-cond"])
-def test_the_data_side_round_trips_off_the_data_in_float32(monkeypatch, tmp_path, name):
+@pytest.mark.parametrize("model_name", ["mnist", "mnist-cond"])
+def test_the_data_side_round_trips_off_the_data_in_float32(monkeypatch, tmp_path, model_name):
     """The shipped models' fully connected blocks run in float64 out of training mode: in
     float32 alone these inputs came back off by 0.3 to 1.05 (docs/flow/roundtrip.md)."""
     monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path))
-    model = pretrained.from_pretrained(name)
+    model = pretrained.from_pretrained(model_name)
     assert next(model.parameters()).dtype == torch.float32
     with torch.no_grad():
         for name, x in _off_manifold().items():
