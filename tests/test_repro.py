@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -108,9 +109,22 @@ def test_missing_and_foreign_folders_fail_with_one_line(tmp_path, capsys):
 def test_preset_dry_run_and_no_train(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["repro", "smoke", "--out", str(out), "--dry-run"]) == 0
-    assert "train preset 'smoke'" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "train preset 'smoke'" in said
+    assert re.search(r"this machine: [0-9.]+ steps/s \(timed now\): 6 steps take [0-9.]+ min", said)
     assert not out.exists()
     assert main(["repro", "smoke", "--out", str(out), "--no-train"]) == 2
+
+
+def test_the_estimate_names_the_cap_a_slow_machine_hits(monkeypatch):
+    monkeypatch.setattr("linearizer.training.trainer.measure_step_rate", lambda task, cfg: 1.0)
+    said = runner_module.expected_time("cpu")  # 5,000 steps at 1 step/s: 83 min, over 42
+    assert "5,000 steps take 83.3 min, over the 42-minute cap" in said
+    assert "stop near step 2,520 of 5,000" in said
+    monkeypatch.setattr("linearizer.training.trainer.measure_step_rate", lambda task, cfg: 5.0)
+    said = runner_module.expected_time("cpu")  # 16.7 + 3 + 1.6 (claims scaled from 4 steps/s)
+    assert "16.7 min, then up to 3 min for the fit after them, then about 1.6 min" in said
+    assert said.endswith("about 21 min")
 
 
 @pytest.mark.parametrize("where", ["claim", "figures"])

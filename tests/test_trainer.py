@@ -14,7 +14,7 @@ from linearizer.errors import LinearizerError
 from linearizer.training.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint
 from linearizer.training.config import TrainConfig, apply_overrides
 from linearizer.training.tracking import make_tracker, read_metrics
-from linearizer.training.trainer import StepRandom, lr_at, resume_config, train
+from linearizer.training.trainer import StepRandom, lr_at, measure_step_rate, resume_config, train
 from toy_task import ToyConfig, ToyTask
 
 BASE = ["dim=4", "width=8", "n_data=40", "batch_size=8", "threads=1", "progress=false",
@@ -142,7 +142,7 @@ def test_time_budget_stops_at_a_step_and_resumes_exactly(tmp_path):
 def test_a_budgeted_run_shows_its_budget_not_the_max_steps_estimate(tmp_path, capsys, monkeypatch):
     # 0.05 minutes with 0.03 kept for the finish: the steps get 1.2 s of a ceiling of 100000
     budgeted = ("max_steps=100000", "max_minutes=0.05", "finish_minutes=0.03", "step_delay_ms=20",
-                "ckpt_every=0", "progress=true")  # fmt: skip
+                "ckpt_every=0", "progress=true", "lr_clock=time")  # fmt: skip
     cut = train(ToyTask(), cfg_of(*budgeted), tmp_path / "bar")
     assert cut.stopped == "time budget"
     err = capsys.readouterr().err
@@ -168,6 +168,17 @@ def test_a_budgeted_run_shows_its_budget_not_the_max_steps_estimate(tmp_path, ca
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("step 2, 00:00/00:01 budget (+00:01 after the steps), 00:0")
     assert not [line for line in lines if "/100000" in line]
+
+
+def test_a_capped_fixed_step_run_counts_steps_and_the_cap_says_where_it_stopped(tmp_path, capsys):
+    # the step clock: max_steps is the goal and max_minutes only a cap
+    capped = ("max_steps=400", "max_minutes=0.01", "step_delay_ms=20", "ckpt_every=0",
+              "progress=true")  # fmt: skip
+    cut = train(ToyTask(), cfg_of(*capped), tmp_path / "cap")
+    err = capsys.readouterr().err
+    assert "budget" not in err.split("linearizer:")[0] and "/400 " in err
+    assert f"linearizer: 0.01-minute budget reached; stopped at step {cut.step} of 400" in err
+    assert 0 < cut.step < 400
 
 
 # ----------------------------------------------------------------------------- hooks
@@ -292,3 +303,10 @@ def test_real_trackio_stores_runs_offline(tmp_path, monkeypatch):
     train(ToyTask(), cfg_of("max_steps=2", "tracker=trackio", "tracker_project=lin-test"),
           tmp_path / "run")  # fmt: skip
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
+
+
+def test_measure_step_rate_times_the_steps(tmp_path):
+    rate = measure_step_rate(ToyTask(), cfg_of("step_delay_ms=20", "max_steps=3"), steps=10, skip=2)
+    assert 10 < rate < 50  # 20 ms a step at most 50 steps/s; a machine 5x slow still over 10
+    with pytest.raises(LinearizerError, match="steps > skip"):
+        measure_step_rate(ToyTask(), cfg_of(), steps=2, skip=2)

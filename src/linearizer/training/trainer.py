@@ -237,9 +237,10 @@ class TrainResult:
 class _Progress:
     """tqdm when installed, else a line every ``log_every`` steps (rank 0 only).
 
-    Under a wall-clock budget the bar measures the budget's time, with the step count beside
-    it: a budgeted run's ``max_steps`` is usually a ceiling it never reaches, and tqdm's
-    estimate from it (hours for a 22-minute run) would be wrong by the whole difference.
+    Under a wall-clock clock (``lr_clock="time"``) the bar measures the budget's time, with the
+    step count beside it: such a run's ``max_steps`` is usually a ceiling it never reaches, and
+    tqdm's estimate from it (hours for a 22-minute run) would be wrong by the whole difference.
+    Under the step clock ``max_minutes`` is only a cap, and the bar counts steps.
     """
 
     def __init__(self, enabled: bool, total: int, initial: int, budget_s: float = 0.0,
@@ -425,7 +426,9 @@ class Trainer:
         runner = D.wrap(_LossModule(task, model, self.precision), env, cfg.ddp_find_unused)
         params = [p for g in optimizer.param_groups for p in g["params"]]
         budget_s = cfg.step_seconds()
-        progress = _Progress(cfg.progress and env.is_main, cfg.max_steps, start, budget_s,
+        # the bar counts what ends the run: the clock's budget, or max_steps under a mere cap
+        timed = budget_s if cfg.lr_clock == "time" else 0.0
+        progress = _Progress(cfg.progress and env.is_main, cfg.max_steps, start, timed,
                              cfg.finish_minutes * 60)  # fmt: skip
         t0 = time.perf_counter()
         window_t, window_n, window_loss, window_logs = t0, 0, 0.0, {}
@@ -600,3 +603,29 @@ def train(task: Task, cfg: TrainConfig, run_dir: str | Path, resume: bool = Fals
     """Train ``task`` under ``cfg`` in ``run_dir`` (``resume=True`` continues from its newest
     usable checkpoint). Works the same in one process and under ``torchrun``."""
     return Trainer(task, cfg, run_dir, resume=resume).fit()
+
+
+def measure_step_rate(task: Task, cfg: TrainConfig, steps: int = 40, skip: int = 8) -> float:
+    """Steps per second of ``cfg``'s training step on this machine, from ``steps`` steps in a
+    throw-away run folder (the first ``skip`` steps, which allocate, are not counted).
+
+    ``cfg`` keeps everything that sets a step's cost; checkpoints, evaluations, the clock and
+    the progress bar are switched off. Work after the steps (``on_finish``) is the caller's to
+    switch off in ``cfg``.
+    """
+    import tempfile
+
+    from .config import apply_overrides
+    from .tracking import read_metrics
+
+    if steps <= skip or skip < 1:
+        raise LinearizerError(f"need steps > skip >= 1, got steps={steps}, skip={skip}")
+    probe = apply_overrides(cfg, [
+        f"max_steps={steps}", f"log_every={skip}", "ckpt_every=0", "eval_every=0",
+        "max_minutes=0", "finish_minutes=0", "progress=false", "tracker=none",
+    ])  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="linearizer-rate-") as tmp:
+        train(task, probe, Path(tmp) / "run")
+        rows = [r for r in read_metrics(Path(tmp) / "run") if "elapsed_s" in r]
+    first, last = rows[0], rows[-1]
+    return (last["step"] - first["step"]) / max(last["elapsed_s"] - first["elapsed_s"], 1e-9)
