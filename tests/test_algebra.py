@@ -206,6 +206,18 @@ def test_low_rank_pinv_stays_factored() -> None:
         big.pinv(torch.randn(1, 3 * 128 * 128))
 
 
+def test_singular_values_are_the_whole_spectrum_of_the_svd() -> None:
+    d = 6
+    w = torch.randn(d, d, dtype=F64)
+    f = Linearizer(Sinh(d), w, Sinh(d))
+    s = f.singular_values()  # nothing to decode: no latent shape needed
+    f(torch.randn(2, d, dtype=F64))  # svd decodes its directions: it needs the latent shape
+    assert_near(s, torch.linalg.svdvals(w), eps_factor=100)
+    assert torch.equal(f.svd(2).S, s[:2])
+    low = Linearizer(Sinh(d), LowRank(d, d, rank=2).double(), Sinh(d))
+    assert low.singular_values().shape == (2,)  # the non-zero ones of a low-rank A
+
+
 # --------------------------------------------------------------------------- algebra guards
 def test_same_space_is_required() -> None:
     net = Sinh(3)

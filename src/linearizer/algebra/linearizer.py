@@ -356,6 +356,12 @@ class Linearizer(nn.Module):
             u_y = self._decode(u.T.to(dtype), "y")
         return InducedSVD(S=s, U_lat=u, V_lat=v, V_x=v_x, U_y=u_y)
 
+    def singular_values(self, t: float | None = None) -> Tensor:
+        """All singular values of ``A`` (descending, float64; a low-rank operator's non-zero
+        ones), from the same decomposition as :meth:`svd`, without decoding any direction."""
+        self._check_time(t)
+        return self._svd_parts(t)[1]
+
     def eig(self, k: int | None = None, t: float | None = None) -> InducedEig:
         """Eigenpairs of a square ``A`` (requires ``g_x = g_y``). No gradients.
 

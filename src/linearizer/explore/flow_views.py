@@ -205,8 +205,9 @@ class FlowViews:
         if hit is None:
             spec = self.walk_spec.replace(label=label, guidance=float(guidance))
             b = self.model.one_step_matrix(spec)
-            u, s, vh = torch.linalg.svd(b)
-            u, v = u[:, : self.k].T.contiguous(), vh[: self.k].contiguous()
+            f = self.model.generator(spec)
+            top, s = f.svd(self.k), f.singular_values()
+            u, v = top.U_lat.T.contiguous(), top.V_lat.T.contiguous()
             spread = (self._scale_z0 @ v.T).std(dim=0)
             hit = self._bases[key] = Basis(spec, b, s, u, v, spread)
         return hit

@@ -27,7 +27,7 @@ from torch import Tensor
 from ..errors import LinearizerError
 from ..io import write_json, write_text
 from ..metrics.classifier import lenet_view, load_classifier, predict_logits
-from ..report import markdown_table
+from ..report import markdown_table, new_figure, save_figure
 from .evaluate import EvalOptions, Progress, Reference, draw_samples
 from .model import OneStepFlow
 from .spec import SamplerSpec
@@ -132,18 +132,11 @@ def results_tables(results: dict) -> str:
         markdown_table(["w", *range(results["classes"])], per_class)]) + "\n"  # fmt: skip
 
 
-def sweep_figure(results: dict, path: Path) -> Path | None:
-    """FID (LeNet) and FID (judge) against mean LeNet accuracy, one point per w (None
-    without matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
+def sweep_figure(results: dict, path: Path) -> Path:
+    """FID (LeNet) and FID (judge) against mean LeNet accuracy, one point per w."""
     rows = results["rows"]
-    fig, ax = plt.subplots(figsize=(5, 3.6))
+    fig = new_figure(5, 3.6, dpi=120)
+    ax = fig.add_subplot(1, 1, 1)
     for key, label in (("fid_lenet", "FID (LeNet)"), ("fid_judge", "FID (judge)")):
         xs = [r["lenet_accuracy_mean"] for r in rows]
         ys = [r[key] for r in rows]
@@ -154,13 +147,7 @@ def sweep_figure(results: dict, path: Path) -> Path | None:
     ax.set_ylabel("FID of the class mixture")
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
 
 
 def write_sweep(results: dict, grids: dict[str, Tensor], out: str | Path) -> list[Path]:
@@ -171,9 +158,7 @@ def write_sweep(results: dict, grids: dict[str, Tensor], out: str | Path) -> lis
     paths = [write_json(out / "results.json", results)]
     title = results.get("title", "Class-conditional evaluation")
     paths.append(write_text(out / "results.md", f"# {title}\n\n{results_tables(results)}"))
-    fig = sweep_figure(results, out / "guidance.png")
-    if fig is not None:
-        paths.append(fig)
+    paths.append(sweep_figure(results, out / "guidance.png"))
     for name, images in grids.items():
         path = out / f"grid_{name.replace('=', '')}.png"
         save_grid(images.clamp(0, 1), path, nrow=results["classes"], scale=2)

@@ -10,11 +10,11 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..data import save_grid
 from ..data.config import load_images as data_images
 from ..errors import LinearizerError
+from ..training.image_task import ImageTask
 from ..training.random_streams import StepRandom
-from ..training.runs import load_run, read_run_config, register_run_kind
+from ..training.runs import load_run, read_run_config
 from .build import build_flow
 from .calibration import FitOptions, fit_calibration, load_calibration, save_calibration
 from .config import FlowConfig
@@ -34,26 +34,22 @@ def load_images(cfg: FlowConfig, split: str = "train") -> tuple[Tensor, Tensor]:
     return data_images(cfg.data, cfg.network.img_size, split)
 
 
-class FlowTask:
+class FlowTask(ImageTask, kind="flow", config=FlowConfig):
     """Builds the model, draws data rows and noise per step, evaluates the paper's loss."""
 
-    kind = "flow"
-
-    def __init__(self, images: Tensor | None = None, labels: Tensor | None = None) -> None:
-        self.images, self.labels = images, labels
-
     def build(self, cfg: FlowConfig) -> OneStepFlow:
-        self.cfg = cfg
-        if self.images is None:
-            self.images, self.labels = load_images(cfg, "train")
         self.distance = make_distance(cfg.perceptual)
-        # The noise for sample grids is fixed per run, so grids over training are comparable.
-        gen = torch.Generator().manual_seed(cfg.seed + 12345)
-        self.grid_noise = torch.randn(cfg.n_samples, *self.images.shape[1:], generator=gen)
-        model = build_flow(cfg, channels=self.images.shape[1])
+        model = super().build(cfg)
         if cfg.conditional:
             model.class_prior.copy_(class_frequencies(self.labels, cfg.classes))
         return model
+
+    def build_model(self, cfg: FlowConfig, channels: int) -> OneStepFlow:
+        return build_flow(cfg, channels=channels)
+
+    @staticmethod
+    def attach(model: OneStepFlow, run_dir: Path, step: int, section: str) -> None:
+        model.calibration = load_calibration(run_dir, step, section)
 
     def batch(self, rng: StepRandom) -> dict[str, Tensor]:
         rows = rng.indices(len(self.images))
@@ -87,9 +83,7 @@ class FlowTask:
         spec = cfg.sampler.replace(maps="none")
         labels = torch.arange(len(noise)) % cfg.classes if cfg.conditional else None
         x = model.sample(cfg.sampler.temperature * noise, spec, labels=labels)
-        path = Path(run_dir) / "samples" / f"step_{step:08d}.png"
-        save_grid(x.clamp(0, 1).cpu(), path, scale=2)
-        return {"samples": str(path)}
+        return {"samples": self.save_samples(x, step, run_dir, scale=2)}
 
     def on_finish(self, model: OneStepFlow, ema, step: int, run_dir: Path) -> dict | None:
         """Fit the latent calibration (``calibration_samples`` > 0) for the run's sampler and
@@ -137,19 +131,5 @@ def load_flow_run(
     run = load_run(run_dir, use_ema=use_ema, expect="flow")
     return run.model, run.config, run.step
 
-
-def _build_for_run(cfg: FlowConfig, run_dir: Path) -> OneStepFlow:
-    return build_flow(cfg, channels=_channels(cfg))
-
-
-def _channels(cfg: FlowConfig) -> int:
-    return cfg.data.channels
-
-
-def _attach_calibration(model: OneStepFlow, run_dir: Path, step: int, section: str) -> None:
-    model.calibration = load_calibration(run_dir, step, section)
-
-
-register_run_kind("flow", FlowConfig, _build_for_run, attach=_attach_calibration)
 
 __all__ = ["FlowTask", "load_flow_run", "load_images", "resolve_perceptual", "draw_noise"]

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from ..data import load_dataset, save_grid
 from ..errors import LinearizerError
 from ..io import read_json, write_json, write_text
-from ..report import markdown_table
+from ..report import markdown_table, render_report
 from .config import ProjectiveConfig
 from .corrupt import CORRUPTIONS, corrupt
 from .ign import as_trained
@@ -203,7 +203,7 @@ def project_report(
         "eval_seconds": time.perf_counter() - t0,
     }
     write_json(out / "results.json", {**results, "meta": meta})
-    write_text(out / "REPORT.md", render_report(results, meta))
+    write_text(out / "REPORT.md", measurements_report(results, meta))
     return {**results, "meta": meta}
 
 
@@ -219,8 +219,9 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def render_report(results: dict[str, Any], meta: dict[str, Any]) -> str:
-    """A Markdown table of ``results``, one column per model."""
+def measurements_report(results: dict[str, Any], meta: dict[str, Any]) -> str:
+    """The ``REPORT.md`` of ``linearizer evaluate`` on projective runs: a table of
+    ``results``, one column per model, and the reference points."""
     models = [m for m in ("ours", "ign") if f"params.{m}" in results]
     fams = meta["families"]
     rows: list[tuple[str, str]] = [
@@ -236,35 +237,29 @@ def render_report(results: dict[str, Any], meta: dict[str, Any]) -> str:
     rows += [(f"PSNR f(corrupted: {c}) vs clean (dB)", f"psnr.{c}.{{m}}") for c in CORRUPTIONS]
     rows += [(f"idempotence error, {f} (max)", f"idempotence.{{m}}.{f}") for f in fams]
     rows += [(f"idempotence error, {f} (mean)", f"idempotence_mean.{{m}}.{f}") for f in fams]
-    lines = [
-        "# Projective model: measurements",
-        "",
-        f"n = {meta['n']} inputs per family, seed {meta['seed']}; runs: "
-        + ", ".join(f"{k} = `{v}`" for k, v in meta["runs"].items()),
-        "",
-    ]
+    runs = ", ".join(f"{k} = `{v}`" for k, v in meta["runs"].items())
     table = []
     for label, key in rows:
         values = [results.get(key.format(m=m)) for m in models]
         if any(v is not None for v in values):
             table.append([label, *(_fmt(v) for v in values)])
-    lines.append(markdown_table(["measurement", *models], table))
-    lines += ["", "Reference points:", ""]
+    points = []
     ref = results.get("fid_lenet.reference.train_vs_test")
     if ref is not None:
-        lines.append(f"- FID (LeNet), {meta['n']} train vs {meta['n']} test images: {_fmt(ref)}")
+        points.append(f"- FID (LeNet), {meta['n']} train vs {meta['n']} test images: {_fmt(ref)}")
     for c in CORRUPTIONS:
         value = _fmt(results[f"psnr.{c}.input"])
-        lines.append(f"- PSNR of the corrupted ({c}) input itself vs clean: {value} dB")
+        points.append(f"- PSNR of the corrupted ({c}) input itself vs clean: {value} dB")
     for m in models:
         hist = results.get(f"lenet.{m}.classes")
         if hist is not None:
-            lines.append(f"- LeNet classes of {m}'s f(noise) (digits 0-9): {hist}")
-    lines += [
-        "",
+            points.append(f"- LeNet classes of {m}'s f(noise) (digits 0-9): {hist}")
+    return render_report(
+        "Projective model: measurements",
+        f"n = {meta['n']} inputs per family, seed {meta['seed']}; runs: {runs}",
+        markdown_table(["measurement", *models], table),
+        "Reference points:", points,
         "Idempotence error: |f(f(x)) - f(x)| / |f(x)| per input, float32. Families: data = test "
         f"digits, noise = source noise, far = noise x{FAR_SCALE:g}, ood = another dataset, "
         "corrupt_* = corrupted test digits.",
-        "",
-    ]
-    return "\n".join(lines)
+    )  # fmt: skip

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from torch import Tensor, nn
 
-from ..data import save_grid
 from ..data.config import load_images as data_images
 from ..invertible.factory import build_network
 from ..operators.projector import ObliqueProjector, OrthogonalProjector
+from ..training.image_task import ImageTask
 from ..training.random_streams import StepRandom
-from ..training.runs import load_run, read_run_config, register_run_kind
+from ..training.runs import load_run, read_run_config
 from .config import ProjectiveConfig
 from .ign import IGN, as_trained, ign_loss
 from .model import ProjectiveModel, projective_loss, random_directions
@@ -46,26 +45,15 @@ def build_model(cfg: ProjectiveConfig, channels: int | None = None) -> nn.Module
     return model
 
 
-class ProjectiveTask:
+class ProjectiveTask(ImageTask, kind=KIND, config=ProjectiveConfig):
     """Draws data rows and source noise per step; the loss of ours or of IGN (``cfg.model``)."""
 
-    kind = KIND
+    def build_model(self, cfg: ProjectiveConfig, channels: int) -> nn.Module:
+        return build_model(cfg, channels)
 
-    def __init__(self, images: Tensor | None = None) -> None:
-        self.images = images
-
-    def build(self, cfg: ProjectiveConfig) -> nn.Module:
-        self.cfg = cfg
-        if self.images is None:
-            self.images, _ = load_images(cfg, "train")
-        # Fixed grid noise per run, so grids over training are comparable.
-        gen = torch.Generator().manual_seed(cfg.seed + 12345)
-        shape = self.images.shape[1:]
-        self.grid_noise = cfg.noise_std * torch.randn(cfg.n_samples, *shape, generator=gen)
-        return build_model(cfg, channels=shape[0])
-
-    def batch(self, rng: StepRandom) -> dict[str, Tensor]:
-        return {"x": self.images[rng.indices(len(self.images))]}
+    @staticmethod
+    def run_label(cfg: ProjectiveConfig) -> str:
+        return cfg.model
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor], rng: StepRandom):
         cfg, x = self.cfg, batch["x"]
@@ -81,13 +69,12 @@ class ProjectiveTask:
 
     def on_eval(self, model: nn.Module, step: int, run_dir: Path) -> dict[str, object]:
         f = as_trained(model)
-        noise = self.grid_noise.to(next(model.parameters()).device)
+        noise = self.cfg.noise_std * self.grid_noise.to(next(model.parameters()).device)
         y = f(noise)
         yy = f(y)
         rel = ((yy - y).flatten(1).norm(dim=1) / y.flatten(1).norm(dim=1).clamp_min(1e-30)).max()
-        path = Path(run_dir) / "samples" / f"step_{step:08d}.png"
-        save_grid(y.clamp(0, 1).cpu(), path, scale=2)
-        return {"samples": str(path), "idempotence_noise_max": float(rel)}
+        return {"samples": self.save_samples(y, step, run_dir, scale=2),
+                "idempotence_noise_max": float(rel)}  # fmt: skip
 
 
 def run_config(run_dir: str | Path) -> ProjectiveConfig:
@@ -102,8 +89,3 @@ def load_projective_run(
     :func:`~linearizer.training.runs.load_run`."""
     run = load_run(run_dir, use_ema=use_ema, expect=KIND)
     return run.model, run.config, run.step
-
-
-register_run_kind(
-    KIND, ProjectiveConfig, lambda cfg, run_dir: build_model(cfg), label=lambda cfg: cfg.model
-)

@@ -472,8 +472,8 @@ def _composition_error(ctx: Context, precision: str, k: int) -> float:
     model = ctx.pick(precision)
     dtype = next(model.parameters()).dtype
     b64 = ctx.B(ctx.opts.steps, "euler", "float64")
-    u = torch.linalg.svd(b64)[0][:, :k]
     f1 = generator(model, b64)
+    u = f1.svd(k).U_lat
     projector = Dense((u @ u.T).to(dtype), trainable=False)
     f2 = model.linearizer_of(projector, DATA, DATA, check_finite=False)  # on g_data's space
     both = f2.compose(f1)

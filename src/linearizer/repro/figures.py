@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -11,9 +10,11 @@ from torch import Tensor
 
 from ..algebra import InducedSpace
 from ..invertible.base import Conditioned
+from ..report import new_figure, save_figure
+from ..training.tracking import read_metrics
 from .context import DATA, Context
 from .numbers import F64
-from .plots import amplified, caption, new_figure, noise_view, save_figure, show_images
+from .plots import amplified, caption, noise_view, show_images
 
 
 def collapse_figure(ctx: Context, path: Path) -> Path:
@@ -121,23 +122,9 @@ def samples_figure(ctx: Context, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    rows = []
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a killed run
-            if isinstance(row, dict) and "step" in row:
-                rows.append(row)
-    return rows
-
-
 def training_figure(run_dir: Path, path: Path) -> Path | None:
     """Loss terms and learning rate against the step, from the run's metrics.jsonl."""
-    rows = [r for r in read_metrics(run_dir) if "loss" in r]
+    rows = [r for r in read_metrics(run_dir) if "loss" in r and "step" in r]
     if not rows:
         return None
     keys = [k for k in ("loss", "latent", "x0_rec", "x1_rec", "x1_pred_rec") if k in rows[0]]

@@ -1,31 +1,14 @@
-"""Small matplotlib helpers: figures without pyplot's global state, written atomically as PNG."""
+"""The repro figures' image helpers; figures themselves come from :mod:`linearizer.report`."""
 
 from __future__ import annotations
 
-import io
 import textwrap
-from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
 from ..data import grid_array
-from ..io import write_bytes
-
-
-def new_figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), dpi=110)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def save_figure(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` as PNG (cropped to its content, captions included)."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    return write_bytes(Path(path), buf.getvalue())
 
 
 def show_images(ax, images: Tensor | np.ndarray, nrow: int, title: str = "") -> None:

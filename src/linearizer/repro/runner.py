@@ -24,7 +24,7 @@ from . import figures as figs
 from .claims import CLAIMS, claim_generation
 from .context import Context
 from .options import ReproOptions
-from .report import environment, render_report, terminal_table
+from .report import claims_report, environment, terminal_table
 from .svd import induced_svd, render_svd
 
 Log = Callable[[str], None]
@@ -199,7 +199,7 @@ def run_repro(
         "commands": _commands(command, target, run, preset, out),
         "wall_s": time.perf_counter() - start,
     }
-    write_text(out / "REPORT.md", render_report(results))
+    write_text(out / "REPORT.md", claims_report(results))
     write_json(out / "results.json", results)  # last: its presence means the run completed
     log("")
     log(f"claims of {run} (step {step}); results in {out}/results.json, report {out}/REPORT.md")

@@ -25,7 +25,8 @@ from ..errors import LinearizerError
 from ..flow.model import DATA, NOISE, OneStepFlow
 from ..flow.spec import SamplerSpec, sample_spec
 from ..io import write_json
-from .plots import caption, new_figure, noise_view, save_figure, show_images
+from ..report import new_figure, save_figure
+from .plots import caption, noise_view, show_images
 
 F64 = torch.float64
 
@@ -70,8 +71,8 @@ def induced_svd(
     param = next(model.parameters())
     spec = sample_spec(spec, dtype="float64")
     b = model.one_step_matrix(spec)
-    svd = model.generator(spec).svd(k)
-    sigma = torch.linalg.svdvals(b)
+    f = model.generator(spec)
+    svd, sigma = f.svd(k), f.singular_values()
     gen = torch.Generator().manual_seed(seed)
     x0 = torch.randn(n_scale, *model.image_shape, generator=gen).to(param)
     z0 = model.encode(x0, NOISE).to(F64)

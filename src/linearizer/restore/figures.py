@@ -3,29 +3,13 @@ pyplot state, written atomically)."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from torch import Tensor
 
-from ..io import write_bytes
-
-
-def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _save(fig, path: Path) -> Path:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
-    return write_bytes(path, buf.getvalue())
+from ..report import new_figure, save_figure
 
 
 def _row(images: Tensor, pad: int = 1) -> np.ndarray:
@@ -40,7 +24,7 @@ def _row(images: Tensor, pad: int = 1) -> np.ndarray:
 
 def save_strip_figure(rows: dict[str, Tensor], path: str | Path, title: str = "") -> Path:
     """One labelled row per entry of ``rows`` (e.g. truth, observed, each method)."""
-    fig = _figure(7.5, 0.85 * len(rows) + 0.3)
+    fig = new_figure(7.5, 0.85 * len(rows) + 0.3, dpi=100)
     axes = fig.subplots(len(rows), 1, squeeze=False, gridspec_kw={"hspace": 0.08})[:, 0]
     for ax, (label, images) in zip(axes, rows.items(), strict=True):
         ax.imshow(_row(images), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
@@ -49,13 +33,13 @@ def save_strip_figure(rows: dict[str, Tensor], path: str | Path, title: str = ""
         ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9)
     if title:
         axes[0].set_title(title, fontsize=10)
-    return _save(fig, Path(path))
+    return save_figure(fig, path)
 
 
 def save_residuals(tasks: dict[str, dict[str, Any]], path: str | Path) -> Path:
     """Per task: consistency of P's iterate, distance of the consistent iterate from the
     fixed-point set, and P's idempotence error, against the iteration (log scale)."""
-    fig = _figure(11, 3.2)
+    fig = new_figure(11, 3.2, dpi=100)
     axes = fig.subplots(1, 3)
     keys = (
         ("consistency", "‖H p_k − y‖ / ‖y‖ (mean)"),
@@ -72,4 +56,4 @@ def save_residuals(tasks: dict[str, dict[str, Any]], path: str | Path) -> Path:
         ax.set_title(label, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=7)
-    return _save(fig, Path(path))
+    return save_figure(fig, path)

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..errors import LinearizerError
 from ..io import write_json, write_text
-from ..report import markdown_table
+from ..report import markdown_table, render_report, section
 from .degradations import TASKS, Degradation, make_degradation
 from .evaluate import EXACT, METHODS, Prior, prior_mse, restore, score
 from .figures import save_residuals, save_strip_figure
@@ -237,7 +237,7 @@ def restore_report(
         "eval_seconds": time.perf_counter() - t_start,
     }
     write_json(out / "results.json", results)
-    write_text(out / "REPORT.md", render_report(results))
+    write_text(out / "REPORT.md", restoration_report(results))
     return results
 
 
@@ -284,54 +284,49 @@ def _summary_cell(r: dict[str, Any] | None) -> str:
     return text
 
 
-def render_report(results: dict[str, Any]) -> str:
-    """Markdown: one table per task, every method a row."""
+def restoration_report(results: dict[str, Any]) -> str:
+    """The ``REPORT.md`` of ``linearizer restore``: the summary, then one table per task with
+    every method a row."""
     meta = results["meta"]
-    lines = [
-        "# Restoration: measurements",
-        "",
+    setup = (
         f"{meta['n']} test digits per task, seed {meta['seed']}, float32, torch {meta['torch']}, "
         f"{meta['threads']} thread(s); {meta['iters']} alternating iterations; MAP on the range "
         f"{meta['map_steps']} Adam steps; noise optimisation {meta['noise_steps']} Adam steps"
         + (f" on the first {meta['noise_n']} digits" if meta.get("noise_n") else "")
         + f"; A_H fitted on {meta['fit_n']} training digits; prior MSE (P on training digits) "
-        f"{meta['prior_mse']:.4f}.",
-        "",
-    ]
-    lines += summary_table(results)
+        f"{meta['prior_mse']:.4f}."
+    )
+    truth = None
     if "reference" in results:
-        lines.append(
-            f"FID (LeNet) of the true digits themselves: "
-            f"{_fmt(results['reference']['fid_lenet_truth'])}."
-        )
-        lines.append("")
-    for task, res in results["tasks"].items():
-        info = res["info"]
-        extra = f"noise σ = {info['sigma']:g}, data weight {info['data_weight']:.3g}"
-        if "induced_rank" in info:
-            extra += (
-                f"; A_H rank {info['induced_rank']}, fit residual {info['induced_fit_error']:.3g}"
-            )
-        lines += [f"## {task}", "", f"{extra}. Figure: `strip_{task}.png`.", ""]
-        cols = [c for c in COLUMNS if any(c[1] in v for v in res.values() if isinstance(v, dict))]
-        table = []
-        for name in ("observation", *METHODS):
-            if name not in res:
-                continue
-            label = "observation (as shown)" if name == "observation" else LABELS[name]
-            if name in EXACT:
-                label += " *"
-            if res[name].get("n", meta["n"]) < meta["n"]:
-                label += f" (first {res[name]['n']})"
-            table.append([label, *(_fmt(res[name].get(key), kind) for _, key, kind in cols)])
-        lines += [markdown_table(["method", *(c[0] for c in cols)], table), ""]
-    lines += [
+        truth = (f"FID (LeNet) of the true digits themselves: "
+                 f"{_fmt(results['reference']['fid_lenet_truth'])}.")  # fmt: skip
+    tasks = [_task_section(task, res, meta["n"]) for task, res in results["tasks"].items()]
+    return render_report(
+        "Restoration: measurements", setup, summary_table(results), truth, *tasks,
         "FID (LeNet): against the last 10,000 training digits; on fewer samples (the noise "
         "optimisation's rows) it is biased upwards and not comparable with the other rows. "
         "`*` ends with an exact consistency step (x ← x + H⁺(y − Hx); relaxed by the data "
         "weight when the observation is noisy). PSNR, SSIM, accuracy and FID on outputs "
         'clamped to [0, 1]; consistency on the raw outputs. "model consistency": in the '
         "operator the solvers use (the truncated blur for deblur and blur-gamma; H otherwise).",
-        "",
-    ]
-    return "\n".join(lines)
+    )  # fmt: skip
+
+
+def _task_section(task: str, res: dict[str, Any], n: int) -> str:
+    info = res["info"]
+    extra = f"noise σ = {info['sigma']:g}, data weight {info['data_weight']:.3g}"
+    if "induced_rank" in info:
+        extra += f"; A_H rank {info['induced_rank']}, fit residual {info['induced_fit_error']:.3g}"
+    cols = [c for c in COLUMNS if any(c[1] in v for v in res.values() if isinstance(v, dict))]
+    table = []
+    for name in ("observation", *METHODS):
+        if name not in res:
+            continue
+        label = "observation (as shown)" if name == "observation" else LABELS[name]
+        if name in EXACT:
+            label += " *"
+        if res[name].get("n", n) < n:
+            label += f" (first {res[name]['n']})"
+        table.append([label, *(_fmt(res[name].get(key), kind) for _, key, kind in cols)])
+    return section(task, f"{extra}. Figure: `strip_{task}.png`.",
+                   markdown_table(["method", *(c[0] for c in cols)], table))  # fmt: skip

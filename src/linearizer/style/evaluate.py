@@ -30,7 +30,7 @@ from torch import Tensor
 from ..errors import LinearizerError
 from ..io import read_json, write_json, write_text
 from ..metrics import psnr, ssim
-from ..report import markdown_table
+from ..report import markdown_table, render_report, section
 from .bank import IndexStyleNet, StyleBank, StyleModel
 from .images import save_picture
 from .task import StyleData
@@ -304,7 +304,7 @@ def evaluate_bank(
     if extra:
         results.update(extra)
     write_json(out / "results.json", results)
-    write_text(out / "REPORT.md", render_report(results))
+    write_text(out / "REPORT.md", bank_report(results))
     return results
 
 
@@ -317,67 +317,54 @@ def run_seconds(run_dir: str | Path) -> float | None:
     return None if value is None else round(float(value), 2)
 
 
-def render_report(results: dict[str, Any]) -> str:
-    """A Markdown summary of :func:`evaluate_bank`'s results (written as ``REPORT.md``)."""
+def bank_report(results: dict[str, Any]) -> str:
+    """The ``REPORT.md`` of :func:`evaluate_bank`: mixing exactness, fidelity to the targets,
+    the interpolation strips and the wall time."""
     mix, mix64 = results["mix"], results["mix_float64"]
-    lines = [
-        "# Style bank: measurements",
-        "",
-        f"Styles: {', '.join(results['styles'])}; content: {', '.join(results['contents'])}.",
-        "",
-        "## Mixing exactness",
-        "",
-        "Relative error of `f_w(x)` (one pass through the mixed operator) against the "
-        "induced-space combination of the separately stylised images. Convex: worst of "
-        f"{mix['cases']} weightings (pairs at 5 alphas, mixtures of all styles, strengths 0.5); "
-        f"all: worst of {mix['general_cases']}, adding strengths 1.5, an extrapolation and "
-        "signed weights.",
-        "",
-        markdown_table(
-            ["dtype", "convex, worst", "convex, median", "all, worst", "worst case (all)"],
-            [[m["dtype"], f"{m['rel_err']:.2e}", f"{m['median']:.2e}",
-              f"{m['rel_err_general']:.2e}", m["worst_general_case"]] for m in (mix, mix64)],
-        ),
-    ]  # fmt: skip
+    exact = markdown_table(
+        ["dtype", "convex, worst", "convex, median", "all, worst", "worst case (all)"],
+        [[m["dtype"], f"{m['rel_err']:.2e}", f"{m['median']:.2e}",
+          f"{m['rel_err_general']:.2e}", m["worst_general_case"]] for m in (mix, mix64)],
+    )  # fmt: skip
     by = mix.get("rel_err_by_style", {})
-    if by:
-        worst = ", ".join(f"{k} {v:.1e}" for k, v in by.items())
-        lines += ["", f"Worst float32 error of the convex cases involving each style: {worst}."]
+    worst = ", ".join(f"{k} {v:.1e}" for k, v in by.items())
     fid = results["fidelity"]
     cols = [k for k in ("bank", "index", "identity") if k in fid]
-    lines += [
-        "",
-        "## Fidelity to the targets (PSNR dB / SSIM)",
-        "",
-        markdown_table(["style", *cols], [
-            [name, *(f"{fid[c][name]['psnr']:.2f} / {fid[c][name]['ssim']:.3f}" for c in cols)]
-            for name in results["styles"]]),
-    ]  # fmt: skip
+    fidelity = markdown_table(["style", *cols], [
+        [name, *(f"{fid[c][name]['psnr']:.2f} / {fid[c][name]['ssim']:.3f}" for c in cols)]
+        for name in results["styles"]])  # fmt: skip
     interp = results["index_interpolation"]
-    lines += [
-        "",
-        f"## Interpolation strips ({interp['frames']} frames, mean over {interp['pairs']} pairs)",
-        "",
-    ]
     strips = [[label, f"{m['path_dev_g']:.2e}", f"{m['path_ratio']:.3f}",
                f"{m['step_unevenness']:.2f}", f"{m['curvature']:.3f}"]
               for who, label in (("ours", "operator mixing (ours)"),
                                  ("index", "index interpolation"))
               if (m := interp.get(who)) is not None]  # fmt: skip
-    lines.append(markdown_table(
-        ["model", "path_dev_g", "path_ratio", "step_unevenness", "curvature"], strips))
     timing = results.get("wall_time_s", {})
-    if timing:
-        lines += [
-            "",
-            "## Wall time (seconds)",
-            "",
-            markdown_table(["phase", "seconds"],
-                           [[k, f"{v:.0f}"] for k, v in timing.items() if v is not None]),
-        ]  # fmt: skip
-        lines += [
-            "",
-            f"Threads: training {results.get('train_threads', '?')}, "
-            f"evaluation {results.get('threads', '?')}.",
-        ]
-    return "\n".join(lines) + "\n"
+    wall = None if not timing else section(
+        "Wall time (seconds)",
+        markdown_table(["phase", "seconds"],
+                       [[k, f"{v:.0f}"] for k, v in timing.items() if v is not None]),
+        f"Threads: training {results.get('train_threads', '?')}, "
+        f"evaluation {results.get('threads', '?')}.",
+    )  # fmt: skip
+    return render_report(
+        "Style bank: measurements",
+        f"Styles: {', '.join(results['styles'])}; content: {', '.join(results['contents'])}.",
+        section(
+            "Mixing exactness",
+            "Relative error of `f_w(x)` (one pass through the mixed operator) against the "
+            "induced-space combination of the separately stylised images. Convex: worst of "
+            f"{mix['cases']} weightings (pairs at 5 alphas, mixtures of all styles, strengths "
+            f"0.5); all: worst of {mix['general_cases']}, adding strengths 1.5, an "
+            "extrapolation and signed weights.",
+            exact,
+            f"Worst float32 error of the convex cases involving each style: {worst}." if by
+            else None,
+        ),
+        section("Fidelity to the targets (PSNR dB / SSIM)", fidelity),
+        section(f"Interpolation strips ({interp['frames']} frames, mean over "
+                f"{interp['pairs']} pairs)",
+                markdown_table(["model", "path_dev_g", "path_ratio", "step_unevenness",
+                                "curvature"], strips)),
+        wall,
+    )  # fmt: skip

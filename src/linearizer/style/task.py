@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..data import save_grid
 from ..errors import LinearizerError
 from ..io import read_json, write_json
 from ..metrics import psnr
+from ..training.image_task import ImageTask
 from ..training.random_streams import StepRandom
-from ..training.runs import read_run_config, register_run_kind
+from ..training.runs import read_run_config
 from .bank import StyleModel, build_style_model
 from .config import StyleConfig
 from .images import SKIMAGE_PREFIX, image_name, list_images, load_image
@@ -135,13 +135,23 @@ def load_style_data(cfg: StyleConfig) -> StyleData:
     return StyleData(contents, targets, content_names, list(cfg.style_names))
 
 
-class StyleTask:
-    """Draws (style, content) pairs and fits ``f_s(content)`` to the target."""
-
-    kind = "style"
+class StyleTask(ImageTask, kind="style", config=StyleConfig):
+    """Draws (style, content) pairs and fits ``f_s(content)`` to the target: its data are
+    pairs of images, not one set, so it writes its own build, batch and grid."""
 
     def __init__(self, data: StyleData | None = None) -> None:
         self.data = data
+
+    @classmethod
+    def model_for_run(cls, cfg: StyleConfig, run_dir: Path) -> StyleModel:
+        """The bank's styles: from the config, else the run's bank.json, else its styles
+        folder."""
+        styles = list(cfg.style_names)
+        if not styles and (run_dir / "bank.json").is_file():
+            styles = list(read_json(run_dir / "bank.json").get("styles", []))
+        if not styles:
+            styles = list(prepare_config(cfg).style_names)
+        return build_style_model(cfg, styles)
 
     def build(self, cfg: StyleConfig) -> StyleModel:
         self.cfg = cfg
@@ -193,28 +203,15 @@ class StyleTask:
             pictures.append(data.contents[i])
             for s in range(len(data.style_names)):
                 pictures += [rows[s][i], data.targets[s, i]]
-        path = Path(run_dir) / "samples" / f"step_{step:08d}.png"
-        save_grid(torch.stack(pictures).clamp(0, 1), path, nrow=1 + 2 * len(data.style_names))
+        path = self.save_samples(torch.stack(pictures), step, run_dir,
+                                 nrow=1 + 2 * len(data.style_names))  # fmt: skip
         write_json(
             Path(run_dir) / "bank.json",
             {"styles": data.style_names, "contents": data.content_names},
         )
-        return {"samples": str(path), **scores}
+        return {"samples": path, **scores}
 
 
 def run_config(run_dir: str | Path) -> StyleConfig:
     """The resolved config of a style run folder (one clear error if it is not one)."""
     return read_run_config(run_dir, expect="style")
-
-
-def _build_for_run(cfg: StyleConfig, run_dir: Path) -> StyleModel:
-    """The bank's styles: from the config, else the run's bank.json, else its styles folder."""
-    styles = list(cfg.style_names)
-    if not styles and (run_dir / "bank.json").is_file():
-        styles = list(read_json(run_dir / "bank.json").get("styles", []))
-    if not styles:
-        styles = list(prepare_config(cfg).style_names)
-    return build_style_model(cfg, styles)
-
-
-register_run_kind("style", StyleConfig, _build_for_run)
