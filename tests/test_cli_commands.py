@@ -120,3 +120,23 @@ def test_info_demo_data_classifier(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["classifier", "--help"])
     assert exit_.value.code == 0
+
+
+@pytest.mark.parametrize("command, cls", [("repro", "ReproOptions"), ("evaluate", "EvalOptions")])
+def test_options_made_from_a_config_take_its_defaults_and_checks(command, cls, capsys):
+    import dataclasses
+
+    from linearizer.cli.configargs import config_from_args
+    from linearizer.flow.evaluate import EvalOptions
+    from linearizer.repro.options import ReproOptions
+
+    config = {"ReproOptions": ReproOptions, "EvalOptions": EvalOptions}[cls]
+    args = build_parser().parse_args([command, "RUN", "--out", "o"])
+    assert config_from_args(config, args) == config()  # every default is the config's own
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the help text
+    assert all(" ".join(f.metadata["help"].split()) in shown for f in dataclasses.fields(config))
+    assert main([command, "RUN", "--out", "o", "--n", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("linearizer: error: ") and "n" in err[0]

@@ -11,17 +11,17 @@ import time
 from pathlib import Path
 
 from ..errors import LinearizerError
+from ..flow.evaluate import EvalOptions
+from .configargs import add_config_options, config_from_args
 from .flowargs import add_spec_options, load_spec_run
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..flow.evaluate import EvalOptions, default_rows, evaluate_flow, write_results
+    from ..flow.evaluate import default_rows, evaluate_flow, write_results
 
-    opts = EvalOptions(n=args.n, seed=args.seed, batch=args.batch, k=args.k,
-                       kid_subsets=args.kid_subsets, references=not args.no_references)  # fmt: skip
-    opts.check()
+    opts = config_from_args(EvalOptions, args)
     if args.threads:
         torch.set_num_threads(args.threads)
     run, spec = load_spec_run(args)
@@ -156,16 +156,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("run", help="flow run folder or pretrained:NAME")
     p.add_argument("--out", default=None, help="output folder (default: RUN/evaluation)")
-    p.add_argument("--n", type=int, default=10_000, help="samples per sampler")
+    add_config_options(p, EvalOptions)
     add_spec_options(p)
-    p.add_argument("--seed", type=int, default=0, help="seed of the noise (same for all samplers)")
-    p.add_argument("--k", type=int, default=3, help="nearest neighbours of precision/recall")
-    p.add_argument("--kid-subsets", type=int, default=50, help="random subsets of KID")
-    p.add_argument("--batch", type=int, default=1000, help="images per network pass")
     p.add_argument("--guidances", default="0,0.5,1,2,4",
                    help="a class-conditional run: the guidance weights w of the sweep")
-    p.add_argument("--no-references", action="store_true",
-                   help="skip the training-images and uniform-noise rows")  # fmt: skip
     p.add_argument("--no-ema", action="store_true", help="use the raw weights, not the EMA")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")

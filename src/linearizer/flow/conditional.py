@@ -64,7 +64,6 @@ def guidance_sweep(
     if not model.classes:
         raise LinearizerError("guidance_sweep needs a class-conditional model")
     opts = opts or EvalOptions()
-    opts.check()
     spec = spec.replace(label=None)
     ref = Reference(reference, load_classifier(), opts)
     gen = torch.Generator().manual_seed(opts.seed)

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..config import Config, option
 from ..data import save_grid
 from ..errors import LinearizerError
 from ..io import write_json, write_text
@@ -63,17 +64,18 @@ def default_rows(spec: SamplerSpec) -> list[Row]:
 
 
 @dataclass(frozen=True)
-class EvalOptions:
-    """``n`` samples per sampler; ``k`` of precision/recall; KID over ``kid_subsets`` subsets."""
+class EvalOptions(Config):
+    """The sizes of an evaluation (``linearizer evaluate``'s options, one per field), checked
+    when made."""
 
-    n: int = 10_000
-    seed: int = 0
-    batch: int = 1000
-    k: int = 3
-    kid_subsets: int = 50
-    references: bool = True
+    n: int = option(10_000, "samples per sampler")
+    seed: int = option(0, "seed of the noise (same for all samplers)")
+    batch: int = option(1000, "images per network pass")
+    k: int = option(3, "nearest neighbours of precision/recall")
+    kid_subsets: int = option(50, "random subsets of KID")
+    references: bool = option(True, "the training-images and uniform-noise rows")
 
-    def check(self) -> None:
+    def validate(self) -> None:
         if self.n < max(self.k + 1, 2):
             raise LinearizerError(f"--n must be at least {max(self.k + 1, 2)}, got {self.n}")
         if self.batch < 1 or self.k < 1 or self.kid_subsets < 1:
@@ -159,7 +161,6 @@ def evaluate_flow(
     ``train_images`` is given for the first), ``samples`` the first 64 images of each sampler.
     """
     opts = opts or EvalOptions()
-    opts.check()
     rows = list(rows or default_rows(SamplerSpec()))
     classifier = classifier or load_classifier()
     if len(reference) < max(opts.k + 1, 2):

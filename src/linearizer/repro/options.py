@@ -2,31 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
+from ..config import Config, option
 from ..errors import LinearizerError
 
 
 @dataclass(frozen=True)
-class ReproOptions:
-    """Sizes of the checks. ``n``: pairs / samples / images of the exactness checks (these run
-    the networks in float64, ~15x slower than float32); ``fid_n``: samples of each FID set;
-    ``invert_n``: test images of the invertibility check (0 = the whole test set)."""
+class ReproOptions(Config):
+    """Sizes of the checks (``linearizer repro``'s options, one per field). The exactness
+    checks run the networks in float64, ~15x slower than float32."""
 
-    n: int = 256
-    fid_n: int = 10_000
-    invert_n: int = 0
-    steps: int = 100
-    long_steps: int = 1000
-    svd_k: int = 16
-    kid_subsets: int = 50
-    seed: int = 0
-    batch: int = 1000
-    quick: bool = False
+    n: int = option(256, "pairs/samples/images of the float64 exactness checks")
+    fid_n: int = option(10_000, "samples per FID (LeNet) set")
+    invert_n: int = option(0, "test images of the invertibility check (0: all)")
+    steps: int = option(100, "T of the main time grid")
+    long_steps: int = option(1000, "T of the long time grid")
+    svd_k: int = option(16, "singular directions to draw")
+    kid_subsets: int = option(50, "random subsets of KID")
+    seed: int = option(0, "seed of every noise draw")
+    batch: int = option(1000, "images per network pass")
+    quick: bool = option(False, "small sizes everywhere (seconds on a smoke run)")
 
-    def resolved(self) -> ReproOptions:
-        """``--quick`` caps every size so a smoke run evaluates in seconds."""
+    def validate(self) -> None:
         for name in ("n", "fid_n", "steps", "long_steps", "svd_k", "kid_subsets", "batch"):
             if getattr(self, name) < 1:
                 raise LinearizerError(
@@ -34,6 +32,9 @@ class ReproOptions:
                 )
         if self.steps < 2 or self.long_steps < 2:
             raise LinearizerError("repro needs at least 2 sampler steps")
+
+    def resolved(self) -> ReproOptions:
+        """``--quick`` caps every size so a smoke run evaluates in seconds."""
         if not self.quick:
             return self
         return replace(
@@ -45,5 +46,3 @@ class ReproOptions:
             kid_subsets=min(self.kid_subsets, 5),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)

@@ -1,0 +1,56 @@
+"""Command-line options made from a typed config: each field's flag, type, default and help come
+from the config class, so a command never types a default a second time.
+
+>>> import argparse
+>>> from dataclasses import dataclass
+>>> from linearizer.config import Config, option
+>>> @dataclass(frozen=True)
+... class Sizes(Config):
+...     n: int = option(8, "samples")
+...     fast: bool = option(False, "small sizes")
+>>> p = argparse.ArgumentParser()
+>>> add_config_options(p, Sizes)
+>>> config_from_args(Sizes, p.parse_args(["--n", "3", "--fast"]))
+Sizes(n=3, fast=True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any, TypeVar
+
+from ..config import Config
+
+C = TypeVar("C", bound=Config)
+
+
+def add_config_options(p: argparse.ArgumentParser, cls: type[Config],
+                       flags: dict[str, str] | None = None) -> None:  # fmt: skip
+    """``--name`` (underscores as dashes, or ``flags[name]``) for every field of ``cls``: its
+    type, its default and its help. A boolean that defaults to False is a switch; one that
+    defaults to True is turned off by ``--no-name``."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        flag = (flags or {}).get(f.name, "--" + f.name.replace("_", "-"))
+        help_text, tp = f.metadata["help"], hints[f.name]
+        if tp is bool:
+            off = f.default is True
+            # absent unless given: the config's default stands, and help shows no "default"
+            p.add_argument("--no-" + flag[2:] if off else flag, dest=f.name,
+                           action="store_false" if off else "store_true",
+                           default=argparse.SUPPRESS,
+                           help=f"leave out {help_text}" if off else help_text)
+            continue  # fmt: skip
+        choices = typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else None
+        kind = type(choices[0]) if choices else tp
+        p.add_argument(flag, dest=f.name, type=kind, default=f.default, choices=choices,
+                       help=help_text)  # fmt: skip
+
+
+def config_from_args(cls: type[C], args: argparse.Namespace, **changes: Any) -> C:
+    """``cls`` from the options :func:`add_config_options` added (then ``changes``), checked
+    by the config's own validation."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if f.name in args}
+    return cls.from_dict({**values, **changes})
