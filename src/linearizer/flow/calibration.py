@@ -44,6 +44,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..config import Config, option
 from ..errors import LinearizerError
 from ..io import load_tensors, read_json, save_tensors, write_json
 from . import factored
@@ -56,18 +57,26 @@ FORMAT = "linearizer.calibration/1"
 
 
 @dataclass(frozen=True)
-class FitOptions:
+class FitOptions(Config):
     """What a calibration is fitted on: ``n`` noise draws from ``sampler`` (its schedule and
-    temperature) and ``n`` training images (or all, if fewer)."""
+    temperature) and ``n`` training images (or all, if fewer); the transport's size and steps
+    (:class:`~linearizer.flow.transport.TransportOptions`)."""
 
-    sampler: SamplerSpec = field(default_factory=SamplerSpec)
-    n: int = 10_000
-    seed: int = 0
-    batch: int = 1000
-    transport_steps: int = 0
-    transport_blocks: int = 12
-    transport_hidden: int = 192
-    transport_mixing: bool = True
+    sampler: SamplerSpec = option(SamplerSpec(), "the sampler whose latents are calibrated")
+    n: int = option(10_000, "noise draws and training images")
+    seed: int = option(0, "seed of the noise and image draw")
+    batch: int = option(1000, "images per network pass")
+    transport_steps: int = option(0, "Adam steps of the latent transport fitted after K (0: none)")
+    transport_blocks: int = option(12, "the transport's affine couplings")
+    transport_hidden: int = option(192, "width of the transport's conditioners")
+    transport_mixing: bool = option(True, "a learned mixing after each transport coupling")
+
+    def validate(self) -> None:
+        if self.n < 2 or self.batch < 1:
+            raise LinearizerError(f"a calibration needs n >= 2 and batch >= 1, got {self.n} and "
+                                  f"{self.batch}")  # fmt: skip
+        if self.transport_steps < 0:
+            raise LinearizerError(f"transport steps must be >= 0, got {self.transport_steps}")
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> FitOptions:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from ..config import Config, option
 from ..errors import LinearizerError
 from ..invertible.base import InvertibleModule
 from ..invertible.conv1x1 import LUFactors
@@ -47,22 +48,22 @@ F64 = torch.float64
 
 
 @dataclass(frozen=True)
-class TransportOptions:
+class TransportOptions(Config):
     """The flow ``F`` (``blocks`` affine couplings, MLP conditioners ``hidden`` wide, each
     followed by a learned :class:`Mixing` when ``mixing``) and its fit: ``steps`` Adam steps of
     ``batch`` rows at learning rate ``lr`` (cosine decay), keeping the weights with the best
     likelihood on held-out data rows (``holdout``, at most a fifth of the data)."""
 
-    steps: int = 3000
-    blocks: int = 12
-    hidden: int = 192
-    mixing: bool = True
-    batch: int = 512
-    lr: float = 1e-3
-    holdout: int = 5000
-    seed: int = 0
+    steps: int = option(3000, "Adam steps of the fit")
+    blocks: int = option(12, "affine couplings")
+    hidden: int = option(192, "width of the couplings' MLP conditioners")
+    mixing: bool = option(True, "a learned invertible mixing after each coupling")
+    batch: int = option(512, "rows per Adam step")
+    lr: float = option(1e-3, "peak learning rate (cosine decay)")
+    holdout: int = option(5000, "held-out data rows that pick the best weights (at most a fifth)")
+    seed: int = option(0, "seed of the initialisation, batches and holdout")
 
-    def check(self) -> None:
+    def validate(self) -> None:
         if min(self.steps, self.blocks, self.hidden, self.batch, self.holdout) < 1:
             raise LinearizerError("transport steps, blocks, hidden, batch and holdout must be >= 1")
         if not self.lr > 0:
@@ -269,7 +270,6 @@ def fit_transport(
     """Fit ``tau`` from the samples' coordinates ``source [n, k]`` (``Q^T z1``) to the training
     images' ``data [m, k]`` (``Q^T g_data(x1)``); ``basis`` is ``Q [D, k]``."""
     opts = opts or TransportOptions()
-    opts.check()
     k = basis.shape[1]
     if source.shape[1:] != (k,) or data.shape[1:] != (k,):
         raise LinearizerError(f"transport coordinates must be [n, {k}]")
