@@ -233,6 +233,10 @@ def test_finish_minutes_come_out_of_the_steps_budget_and_an_overrun_says_so(tmp_
     assert "the work after the steps took 2.5 s, more than the 2.4 s of finish_minutes" in (
         capsys.readouterr().err
     )
+    # a fixed-step run done early: its long finish still ends inside max_minutes, no line
+    early = cfg_of("max_steps=3", "max_minutes=0.05", "finish_minutes=0.04", "ckpt_every=0")
+    train(SlowFinish(2.5), early, tmp_path / "c")
+    assert "took" not in capsys.readouterr().err
 
 
 def test_threads_grad_clip_and_bad_tasks(tmp_path):

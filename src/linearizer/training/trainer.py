@@ -515,8 +515,10 @@ class Trainer:
                 budget += f" ({cfg.finish_minutes:g} of them kept for the work after the steps)"
             print(f"linearizer: {budget} reached; stopped at step {step} of {cfg.max_steps} "
                   f"(checkpoint saved)", file=sys.stderr)  # fmt: skip
+        # only worth a line when the work after the steps pushed the run past max_minutes
         kept_s = cfg.finish_minutes * 60
-        if env.is_main and kept_s and finish_s > kept_s:
+        over = cfg.max_minutes > 0 and seconds + finish_s > cfg.max_minutes * 60
+        if env.is_main and kept_s and finish_s > kept_s and over:
             print(f"linearizer: the work after the steps took {finish_s:.1f} s, more than the "
                   f"{kept_s:.1f} s of finish_minutes", file=sys.stderr)  # fmt: skip
         D.barrier(env)
