@@ -237,7 +237,7 @@ class TrainResult:
 class _Progress:
     """tqdm when installed, else a line every ``log_every`` steps (rank 0 only).
 
-    Under a wall-clock clock (``lr_clock="time"``) the bar measures the budget's time, with the
+    Under the time clock (``lr_clock="time"``) the bar measures the budget's time, with the
     step count beside it: such a run's ``max_steps`` is usually a ceiling it never reaches, and
     tqdm's estimate from it (hours for a 22-minute run) would be wrong by the whole difference.
     Under the step clock ``max_minutes`` is only a cap, and the bar counts steps.
