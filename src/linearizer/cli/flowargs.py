@@ -6,11 +6,11 @@ import argparse
 import copy
 import dataclasses
 import sys
-import typing
 
 import torch
 
 from ..errors import LinearizerError
+from .configargs import add_config_options
 
 
 def add_spec_options(p: argparse.ArgumentParser) -> None:
@@ -19,17 +19,7 @@ def add_spec_options(p: argparse.ArgumentParser) -> None:
     ``SamplerSpec()``'s defaults unless the run records others)."""
     from ..flow.spec import SamplerSpec
 
-    hints = typing.get_type_hints(SamplerSpec)
-    for f in dataclasses.fields(SamplerSpec):
-        tp = hints[f.name]
-        kind = {"steps": int, "temperature": float, "label": int, "guidance": float}.get(
-            f.name, str)
-        choices = typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else None
-        flag = "--class" if f.name == "label" else f"--{f.name}"
-        # absent unless given (SUPPRESS), so help shows the run's default, not None
-        p.add_argument(flag, dest=f.name, type=kind, default=argparse.SUPPRESS, choices=choices,
-                       help=f"{f.metadata['help']} (default: the run's; {f.default!r} unless "
-                       "it records another)")  # fmt: skip
+    add_config_options(p, SamplerSpec, flags={"label": "--class"}, default_from="the run's")
 
 
 def spec_from_args(args: argparse.Namespace, base):

@@ -56,12 +56,10 @@ class ImageTask:
         if config is None:
             raise TypeError(f"{cls.__name__}: a task kind needs its config class")
         cls.kind = kind
-        overrides = {name: name in cls.__dict__ for name in ("run_label", "attach")}
-        register_run_kind(
-            kind, config, cls.model_for_run,
-            label=cls.run_label if overrides["run_label"] else None,
-            attach=cls.attach if overrides["attach"] else None,
-        )  # fmt: skip
+        # only what the task writes itself: the base's run_label and attach are placeholders
+        label = cls.run_label if "run_label" in cls.__dict__ else None
+        attach = cls.attach if "attach" in cls.__dict__ else None
+        register_run_kind(kind, config, cls.model_for_run, label=label, attach=attach)
 
     def __init__(self, images: Tensor | None = None, labels: Tensor | None = None) -> None:
         self.images, self.labels = images, labels
