@@ -1,33 +1,46 @@
-"""Quality for the same training time: the one-step Linearizer against standard flow matching.
+"""Quality at equal training time: the one-step Linearizer against flow matching, each with care.
 
-Two models are trained for the same wall-clock budget on the same CPU threads:
+The protocol (BENCHMARKS.md §3):
 
-(a) ours: ``linearizer train flow --preset cpu`` with ``max_minutes`` set to the budget;
-(b) standard conditional flow matching (CFM, sigma = 0: ``x_t = (1 - t) x0 + t x1``, target
-    ``x1 - x0``) with a velocity U-Net: torchcfm's ``ConditionalFlowMatcher`` and its
-    ``UNetModel`` (the configuration of torchcfm's MNIST example: 32 channels, one residual
-    block per level) when torchcfm is importable; otherwise the same objective written here and
-    our :class:`~linearizer.invertible.unet.PaperUNet` as the velocity network (the report says
-    which ran). Adam 1e-3 (torchcfm's example), data scaled to [-1, 1]; batch 32, not the
-    example's 128, because a CPU budget of minutes allows only a few hundred steps of 128.
+* **ours:** the ``cpu`` preset as shipped (4,000 steps, EMA, then the post-hoc fit of K and the
+  transport), two seeds. Its rows: the trained map alone (the paper's method), with K, with K
+  and the transport, all under the default :class:`~linearizer.flow.spec.SamplerSpec`.
+* **flow matching:** independent-coupling conditional flow matching with sigma = 0 (``x_t =
+  (1 - t) x0 + t x1``, target ``x1 - x0``): torchcfm's ``ConditionalFlowMatcher`` and the U-Net
+  of its MNIST example when torchcfm is importable, otherwise the same objective written here
+  and our :class:`~linearizer.invertible.unet.PaperUNet` (``fm.json`` says which ran). It gets
+  what our preset gets: Adam with 100 warm-up steps and a linear decay to 0.1x, gradient
+  clipping at 1, an EMA of the weights (decay 0.999), the better of two learning rates (chosen
+  on FID (LeNet) at 10 Euler steps with seed 0 only), and two seeds.
+* **equal time:** flow matching trains for as many steps as it makes, on this machine, in the
+  time our preset takes for its 4,000 steps and its fit. Both step rates are measured back to
+  back by ``probe`` (each alone); the fit's share comes from our reference run's ``run.json``.
+  Training then runs at a fixed step count, so the result does not depend on what else the
+  machine did while it trained.
+* **rating:** the same noise on both sides per seed (``x0`` for seed ``s`` is drawn from
+  ``torch.Generator().manual_seed(s)``), ``--samples`` images per row against the 10,000 MNIST
+  test images: FID (LeNet), FID (judge, the held-out classifier, never used to choose anything),
+  precision/recall (k = 3) and the classifier's confidence; and sampling time per image.
 
-Then FID (LeNet) against the 10k MNIST test images and the wall-clock sampling time per image:
-FM with Euler at NFE 1, 2, 4, 10, 100 and an adaptive solver (scipy's RK45 on the whole batch);
-ours one-step (B for T = 100 and 1000, built once and timed separately) and multi-step (T = 100).
-
-    python benchmarks/quality.py all --minutes 10 --threads 2 --samples 500 --out runs/bench-quality
-
-Sub-commands ``train-ours``, ``train-fm``, ``evaluate`` run the phases separately; ``evaluate
---extra-run RUN`` adds another trained flow run (e.g. a longer one) as a row.
+    python benchmarks/quality.py probe --ours runs/repro-cpu/run --out runs/eqt
+    python benchmarks/quality.py train-fm --lr 1e-3 --seed 0 --out runs/eqt
+    python benchmarks/quality.py train-fm --lr 2e-3 --seed 0 --out runs/eqt
+    python benchmarks/quality.py select --out runs/eqt
+    python benchmarks/quality.py train-fm --lr BEST --seed 1 --out runs/eqt
+    linearizer train flow --preset cpu --set seed=1 --out runs/eqt/ours-s1
+    python benchmarks/quality.py evaluate --ours runs/repro-cpu/run runs/eqt/ours-s1 --out runs/eqt
+    python benchmarks/quality.py timing --ours runs/repro-cpu/run --samples 500 --out runs/eqt
+    python benchmarks/quality.py report --out runs/eqt --docs docs/benchmarks/equal-time
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
-import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -35,10 +48,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from linearizer.io import load_tensors, save_tensors, write_json
+from linearizer.io import load_tensors, save_tensors, write_json, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 NFES = (1, 2, 4, 10, 100)
+SELECT_NFE = 10
+OUR_STEPS = 4000  # the cpu preset's fixed step count
+WARMUP, MIN_LR_RATIO, CLIP, EMA = 100, 0.1, 1.0, 0.999  # our preset's schedule, FM's EMA
 
 
 # --- the flow-matching baseline ------------------------------------------------------------
@@ -64,7 +80,7 @@ def make_velocity_net() -> tuple[nn.Module, str]:
 
 
 def cfm_pair(x0: Tensor, x1: Tensor, gen: torch.Generator) -> tuple[Tensor, Tensor, Tensor, str]:
-    """``(t, x_t, target)`` of independent-coupling CFM with sigma = 0."""
+    """``(t, x_t, target, name)`` of independent-coupling CFM with sigma = 0."""
     try:
         from torchcfm.conditional_flow_matching import ConditionalFlowMatcher
 
@@ -76,73 +92,137 @@ def cfm_pair(x0: Tensor, x1: Tensor, gen: torch.Generator) -> tuple[Tensor, Tens
         return t, (1 - tt) * x0 + tt * x1, x1 - x0, "own CFM objective (sigma=0)"
 
 
-def train_fm(out: Path, minutes: float, threads: int, batch: int = 32, seed: int = 0) -> dict:
-    from linearizer.flow.config import FlowConfig
-    from linearizer.flow.task import load_images
+def lr_factor(step: int, total: int) -> float:
+    """Our preset's schedule: linear warm-up, then linear decay to ``MIN_LR_RATIO``."""
+    if step < WARMUP:
+        return (step + 1) / WARMUP
+    frac = (step - WARMUP) / max(total - WARMUP, 1)
+    return 1.0 - (1.0 - MIN_LR_RATIO) * frac
+
+
+class FMTrainer:
+    """One flow-matching step at a time: Adam, the schedule, clipping and the EMA."""
+
+    def __init__(self, lr: float, batch: int, seed: int, total: int) -> None:
+        from linearizer.flow.config import FlowConfig
+        from linearizer.flow.task import load_images
+
+        torch.manual_seed(seed)  # torchcfm draws t from the global generator
+        self.images = load_images(FlowConfig(), "train")[0] * 2 - 1
+        self.net, self.description = make_velocity_net()
+        self.ema = copy.deepcopy(self.net).requires_grad_(False)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=lr)
+        self.lr, self.batch, self.total = lr, batch, total
+        self.gen = torch.Generator().manual_seed(seed)
+        self.objective, self.step_count = "", 0
+
+    def step(self) -> float:
+        idx = torch.randint(len(self.images), (self.batch,), generator=self.gen)
+        x1 = self.images[idx]
+        x0 = torch.randn(x1.shape, generator=self.gen)
+        t, xt, ut, self.objective = cfm_pair(x0, x1, self.gen)
+        loss = F.mse_loss(self.net(t, xt), ut)
+        for group in self.opt.param_groups:
+            group["lr"] = self.lr * lr_factor(self.step_count, self.total)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.net.parameters(), CLIP)
+        self.opt.step()
+        self.step_count += 1
+        decay = min(EMA, (1 + self.step_count) / (10 + self.step_count))
+        with torch.no_grad():
+            for e, p in zip(self.ema.parameters(), self.net.parameters(), strict=True):
+                e.lerp_(p, 1 - decay)
+        return float(loss.detach())
+
+
+def fm_folder(out: Path, lr: float, seed: int) -> Path:
+    return out / f"fm-lr{lr:g}-s{seed}"
+
+
+def train_fm(out: Path, lr: float, seed: int, steps: int, batch: int, threads: int) -> dict:
+    torch.set_num_threads(threads)
+    trainer = FMTrainer(lr, batch, seed, steps)
+    folder = fm_folder(out, lr, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    start, losses = time.perf_counter(), []
+    with (folder / "log.txt").open("w") as log:
+        while trainer.step_count < steps:
+            losses.append(trainer.step())
+            if trainer.step_count % 100 == 0:
+                print(f"step {trainer.step_count} loss {np.mean(losses[-100:]):.4f}", file=log,
+                      flush=True)  # fmt: skip
+    save_tensors(folder / "fm.safetensors", {k: v.contiguous() for k, v in
+                                             trainer.ema.state_dict().items()})  # fmt: skip
+    info = {
+        "model": trainer.description,
+        "objective": trainer.objective,
+        "parameters": sum(p.numel() for p in trainer.net.parameters()),
+        "lr": lr, "seed": seed, "steps": steps, "batch": batch, "threads": threads,
+        "schedule": f"warm-up {WARMUP}, linear decay to {MIN_LR_RATIO}x, clip {CLIP}",
+        "ema_decay": EMA,
+        "seconds": time.perf_counter() - start,
+        "final_loss": float(np.mean(losses[-100:])),
+    }  # fmt: skip
+    write_json(folder / "fm.json", info)
+    return info
+
+
+def load_fm(folder: Path) -> nn.Module:
+    net, _ = make_velocity_net()
+    net.load_state_dict(load_tensors(folder / "fm.safetensors"))
+    return net.eval()
+
+
+# --- equal time --------------------------------------------------------------------------------
+def probe(out: Path, ours_run: Path, threads: int, batch: int) -> dict:
+    """Both step rates, back to back, and the flow-matching step count of equal time."""
+    from linearizer.config import apply_overrides
+    from linearizer.flow.task import FlowTask
+    from linearizer.training.config import get_preset
+    from linearizer.training.trainer import measure_step_rate
 
     torch.set_num_threads(threads)
-    torch.manual_seed(seed)
-    images, _ = load_images(FlowConfig(), "train")
-    net, desc = make_velocity_net()
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-    gen = torch.Generator().manual_seed(seed)
-    start, steps, losses, matcher = time.perf_counter(), 0, [], ""
-    while time.perf_counter() - start < minutes * 60:
-        idx = torch.randint(len(images), (batch,), generator=gen)
-        x1 = images[idx] * 2 - 1
-        x0 = torch.randn(x1.shape, generator=gen)
-        t, xt, ut, matcher = cfm_pair(x0, x1, gen)
-        loss = F.mse_loss(net(t, xt), ut)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        steps += 1
-        losses.append(float(loss.detach()))
-        if steps % 25 == 0:
-            print(f"fm step {steps} loss {np.mean(losses[-25:]):.4f}", flush=True)
-    seconds = time.perf_counter() - start
-    out.mkdir(parents=True, exist_ok=True)
-    save_tensors(out / "fm.safetensors", {k: v.contiguous() for k, v in net.state_dict().items()})
-    info = {
-        "model": desc,
-        "objective": matcher,
-        "parameters": sum(p.numel() for p in net.parameters()),
-        "steps": steps,
-        "batch": batch,
-        "seconds": seconds,
-        "final_loss": float(np.mean(losses[-50:])),
-        "threads": threads,
-    }
-    write_json(out / "fm.json", info)
-    return info
-
-
-def train_ours(out: Path, minutes: float, threads: int) -> dict:
-    run = out / "linearizer-cpu"
-    cmd = [
-        str(ROOT / ".venv" / "bin" / "linearizer"), "train", "flow", "--preset", "cpu",
-        "--out", str(run), "--set", f"max_minutes={minutes}", "--set", f"threads={threads}",
-        "--set", "progress=false", "--set", "eval_every=0",
-    ]  # fmt: skip
+    cfg = apply_overrides(get_preset("flow", "cpu"), [f"threads={threads}", "calibration_samples=0",
+                                           "transport_steps=0", "finish_minutes=0"])  # fmt: skip
+    ours = measure_step_rate(FlowTask(), cfg, steps=48, skip=8)
+    trainer = FMTrainer(1e-3, batch, 0, 10_000)
+    for _ in range(8):
+        trainer.step()
     start = time.perf_counter()
-    subprocess.run(cmd, check=True)
-    info = {"command": " ".join(cmd[1:]), "seconds": time.perf_counter() - start, "run": str(run)}
-    write_json(out / "ours.json", info)
+    for _ in range(40):
+        trainer.step()
+    fm = 40 / (time.perf_counter() - start)
+    run = json.loads((ours_run / "run.json").read_text())
+    fit_share = run["finish"]["calibration_seconds"] / run["seconds"]
+    ours_seconds = OUR_STEPS / ours * (1 + fit_share)
+    info = {
+        "threads": threads,
+        "ours_steps_per_s": ours,
+        "fm_steps_per_s": fm,
+        "fm_batch": batch,
+        "fit_share": fit_share,
+        "reference_run": str(ours_run),
+        "equal_seconds": ours_seconds,
+        "fm_steps": int(round(ours_seconds * fm)),
+    }
+    write_json(out / "probe.json", info)
     return info
 
 
-# --- sampling --------------------------------------------------------------------------------
+# --- sampling ----------------------------------------------------------------------------------
 @torch.no_grad()
 def fm_euler(net: nn.Module, x0: Tensor, nfe: int) -> Tensor:
     x = x0.clone()
     for i in range(nfe):
-        t = torch.full((1,), i / nfe)
-        x = x + net(t.expand(x.shape[0]), x) / nfe
+        t = torch.full((x.shape[0],), i / nfe)
+        x = x + net(t, x) / nfe
     return x
 
 
 @torch.no_grad()
 def fm_adaptive(net: nn.Module, x0: Tensor, tol: float) -> tuple[Tensor, int]:
+    """scipy's RK45 on the whole batch as one system; ``(x1, evaluations)``."""
     from scipy.integrate import solve_ivp
 
     shape, count = x0.shape, [0]
@@ -157,187 +237,272 @@ def fm_adaptive(net: nn.Module, x0: Tensor, tol: float) -> tuple[Tensor, int]:
     return torch.from_numpy(sol.y[:, -1]).float().reshape(shape), count[0]
 
 
-def _timed(fn) -> tuple[object, float]:
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
-
-
-def _batched(fn, x0: Tensor, batch: int) -> tuple[Tensor, float]:
-    parts, seconds = [], 0.0
+def batched(fn: Callable[[Tensor], Tensor], x0: Tensor, batch: int = 500) -> tuple[Tensor, float]:
+    parts, start = [], time.perf_counter()
     for chunk in x0.split(batch):
-        out, dt = _timed(lambda c=chunk: fn(c))
-        parts.append(out)
-        seconds += dt
-    return torch.cat(parts), seconds
+        parts.append(fn(chunk))
+    return torch.cat(parts), time.perf_counter() - start
 
 
-def evaluate(
-    out: Path, n: int, threads: int, extra_runs: list[str], tol: float, tau: float | None = None
-) -> dict:
-    from linearizer.flow.config import FlowConfig
-    from linearizer.flow.task import load_images
-    from linearizer.metrics.classifier import load_classifier
-    from linearizer.metrics.fid import fid_lenet
+# --- rating ------------------------------------------------------------------------------------
+class Rater:
+    """The reference statistics, computed once, and the rows measured so far (resumable)."""
 
-    torch.set_num_threads(threads)
-    test, _ = load_images(FlowConfig(), "test")
-    train, _ = load_images(FlowConfig(), "train")
-    lenet = load_classifier()
-    gen = torch.Generator().manual_seed(1234)
-    noise = torch.randn(n, 1, 32, 32, generator=gen)
-    real = train[torch.randperm(len(train), generator=gen)[:n]]
-    rows: list[dict] = [{
-        "model": "real", "method": f"{n} MNIST train images", "nfe": None, "seconds": 0.0,
-        "fid": fid_lenet(real, test, lenet),
-    }]  # fmt: skip
+    def __init__(self, out: Path, n: int) -> None:
+        from linearizer.flow.config import FlowConfig
+        from linearizer.flow.evaluate import EvalOptions, Reference
+        from linearizer.flow.task import load_images
+        from linearizer.metrics.classifier import load_classifier
 
-    def add(model: str, method: str, nfe, images: Tensor, seconds: float, **extra) -> None:
-        fid = fid_lenet(images.clamp(0, 1), test, lenet)
-        row = {"model": model, "method": method, "nfe": nfe, "seconds": seconds,
-               "ms_per_image": 1e3 * seconds / n, "fid": fid, **extra}  # fmt: skip
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-        write_json(out / "quality.partial.json", {"samples": n, "rows": rows})
+        test, _ = load_images(FlowConfig(), "test")
+        self.reference = Reference(test, load_classifier(), EvalOptions(n=n))
+        self.n, self.path = n, out / "evaluation.json"
+        self.rows = json.loads(self.path.read_text())["rows"] if self.path.is_file() else []
 
-    runs = [("ours (cpu preset)", out / "linearizer-cpu")]
-    runs += [(f"ours ({r})", Path(r)) for r in extra_runs]
-    for label, run in runs:
-        if (run / "config.json").is_file():
-            _rate_flow_run(label, run, noise, add, tau)
+    def noise(self, seed: int) -> Tensor:
+        return torch.randn(self.n, 1, 32, 32, generator=torch.Generator().manual_seed(seed))
 
-    fm_info = out / "fm.json"
-    if fm_info.is_file():
-        net, _ = make_velocity_net()
-        net.load_state_dict(load_tensors(out / "fm.safetensors"))
-        net.eval()
-        x0 = noise  # the same noise; FM works in [-1, 1]
-        for nfe in NFES:
-            x, dt = _batched(lambda c, k=nfe: fm_euler(net, c, k), x0, 250)
-            add("flow matching", f"Euler, {nfe} steps", nfe, (x + 1) / 2, dt)
-        (x, nfe), dt = _timed(lambda: fm_adaptive(net, x0, tol))
-        add("flow matching", f"RK45 (scipy), rtol=atol={tol:g}", nfe, (x + 1) / 2, dt)
-    result = {
-        "samples": n,
-        "threads": threads,
-        "reference": "MNIST test (10k) at 32x32",
-        "torch": torch.__version__,
-        "rows": rows,
-    }
-    for name in ("fm.json", "ours.json"):
-        if (out / name).is_file():
-            result[name[:-5]] = json.loads((out / name).read_text())
-    write_json(out / "quality.json", result)
-    return result
+    def done(self, model: str, seed: int, sampler: str) -> bool:
+        return any((r["model"], r["seed"], r["sampler"]) == (model, seed, sampler) for r in
+                   self.rows)  # fmt: skip
+
+    def add(self, model: str, seed: int, sampler: str, nfe: int, images: Tensor,
+            seconds: float, **extra) -> None:  # fmt: skip
+        row = {"model": model, "seed": seed, "sampler": sampler, "nfe": nfe,
+               "ms_per_image": 1e3 * seconds / len(images), **extra,
+               **self.reference.measure(images.clamp(0, 1))}  # fmt: skip
+        print(json.dumps({k: row[k] for k in ("model", "seed", "sampler", "fid_lenet",
+                                              "fid_judge")}), flush=True)  # fmt: skip
+        self.rows.append(row)
+        write_json(self.path, {"samples": self.n, "torch": torch.__version__,
+                               "threads": torch.get_num_threads(), "rows": self.rows})  # fmt: skip
 
 
-def _rate_flow_run(label: str, run: Path, noise: Tensor, add, tau: float | None) -> None:
-    """Our samplers at ``tau`` (default: the run's sampler's temperature): ``x0 = tau * noise``;
-    the sampler the run's latent maps were fitted for applies them (``maps``)."""
-    from linearizer.flow.spec import SamplerSpec
+def rate_fm(rater: Rater, folder: Path, seed: int, nfes: tuple[int, ...], tol: float | None,
+            label: str = "flow matching") -> None:  # fmt: skip
+    net = load_fm(folder)
+    x0 = rater.noise(seed)
+    for nfe in nfes:
+        name = f"Euler, {nfe} step{'s' if nfe > 1 else ''}"
+        if not rater.done(label, seed, name):
+            x, dt = batched(lambda c, k=nfe: fm_euler(net, c, k), x0)
+            rater.add(label, seed, name, nfe, (x + 1) / 2, dt, run=str(folder))
+    name = f"RK45 (scipy), rtol = atol = {tol:g}" if tol else ""
+    if tol and not rater.done(label, seed, name):
+        start = time.perf_counter()
+        x, nfe = fm_adaptive(net, x0, tol)
+        rater.add(label, seed, name, nfe, (x + 1) / 2, time.perf_counter() - start,
+                  run=str(folder))  # fmt: skip
+
+
+def rate_ours(rater: Rater, run: Path, seed: int) -> None:
     from linearizer.flow.task import load_flow_run
 
     model, cfg, step = load_flow_run(run)
-    tau = cfg.sampler.temperature if tau is None else tau
-    noise = tau * noise
-    cal = model.calibration
-    for steps in (100, 1000):
-        for final in ("skip", "predict"):
-            spec = SamplerSpec(steps=steps, final=final, dtype="float32", temperature=tau)
-            if cal is not None and cal.applies_to(spec):
-                spec = spec.replace(maps="calibration" if cal.transport is None else "transport")
-            _, build = _timed(lambda spec=spec: model.one_step_matrix(spec))
-            with torch.no_grad():
-                x, dt = _batched(lambda c, spec=spec: model.sample(c, spec), noise, 250)
-            add(label, f"one-step, B from T={steps} Euler, final {final}", 2, x, dt,
-                B_build_s=build, step=step, temperature=tau, maps=spec.maps)  # fmt: skip
-    with torch.no_grad():
-        x, dt = _batched(lambda c: model.sample(c, steps=100, final="skip", dtype="float32",
-                                                one_step=False), noise, 250)  # fmt: skip
-    add(label, "multi-step Euler T=100 (latent)", 2, x, dt, step=step, temperature=tau)
+    for maps in ("none", "calibration", "transport"):
+        spec = cfg.sampler.replace(maps=maps)
+        name = spec.describe()
+        if rater.done("ours", seed, name):
+            continue
+        start = time.perf_counter()
+        model.one_step_matrix(spec)  # built once per sampler, timed apart
+        build = time.perf_counter() - start
+        x0 = spec.noise(rater.n, model.image_shape, torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            x, dt = batched(lambda c, s=spec: model.sample(c, s).float(), x0)
+        rater.add("ours", seed, name, 2, x, dt, B_build_s=build, spec=spec.to_dict(),
+                  run=str(run), step=step)  # fmt: skip
 
 
-# --- plots -----------------------------------------------------------------------------------
-def plot(result: dict, folder: Path) -> list[Path]:
+def select(out: Path, threads: int, n: int) -> dict:
+    """The better learning rate of flow matching: FID (LeNet) at 10 Euler steps, seed 0."""
+    torch.set_num_threads(threads)
+    (out / "select").mkdir(parents=True, exist_ok=True)
+    rater = Rater(out / "select", n)
+    scores = {}
+    for folder in sorted(out.glob("fm-lr*-s0")):
+        rate_fm(rater, folder, 0, (SELECT_NFE,), None, label=folder.name)
+        scores[folder.name] = next(r["fid_lenet"] for r in rater.rows if r["model"] ==
+                                   folder.name)  # fmt: skip
+    best = min(scores, key=scores.__getitem__)
+    info = {"metric": f"FID (LeNet), {n} samples, Euler {SELECT_NFE} steps, seed 0",
+            "scores": scores, "best": best,
+            "best_lr": json.loads((out / best / "fm.json").read_text())["lr"]}  # fmt: skip
+    write_json(out / "select.json", info)
+    return info
+
+
+def evaluate(out: Path, ours: list[Path], n: int, threads: int, tol: float,
+             nfes: tuple[int, ...], fm_seeds: tuple[int, ...]) -> None:  # fmt: skip
+    """Rate our runs (seed = position in ``ours``) and the chosen flow-matching runs of
+    ``fm_seeds``: Euler at ``nfes``, then RK45 when ``tol`` > 0. Rows already in
+    ``evaluation.json`` are kept, so the phases may run in parts."""
+    torch.set_num_threads(threads)
+    rater = Rater(out, n)
+    for seed, run in enumerate(ours):
+        rate_ours(rater, run, seed)
+    lr = json.loads((out / "select.json").read_text())["best_lr"]
+    for seed in fm_seeds:
+        rate_fm(rater, fm_folder(out, lr, seed), seed, nfes, tol or None)
+
+
+def timing(out: Path, ours: Path, threads: int, n: int) -> dict:
+    """Sampling time per image of every sampler, measured alone (the rating may have shared the
+    machine): ours on ``n`` images after B is built; flow matching's Euler samplers on ``n``
+    images (``n // 10`` at 100 steps); RK45 as its evaluation count times one evaluation's cost.
+    """
+    from linearizer.flow.task import load_flow_run
+
+    torch.set_num_threads(threads)
+    x0 = torch.randn(n, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    times: dict[str, float] = {}
+    model, cfg, _ = load_flow_run(ours)
+    for maps in ("none", "calibration", "transport"):
+        spec = cfg.sampler.replace(maps=maps)
+        model.one_step_matrix(spec)
+        with torch.no_grad():
+            _, dt = batched(lambda c, s=spec: model.sample(c, s), spec.noise(n, model.image_shape,
+                            torch.Generator().manual_seed(0)))  # fmt: skip
+        times[f"ours|{spec.describe()}"] = 1e3 * dt / n
+    lr = json.loads((out / "select.json").read_text())["best_lr"]
+    net = load_fm(fm_folder(out, lr, 0))
+    for nfe in NFES:
+        m = n if nfe < 100 else max(n // 10, 1)
+        _, dt = batched(lambda c, k=nfe: fm_euler(net, c, k), x0[:m])
+        times[f"flow matching|Euler, {nfe} step{'s' if nfe > 1 else ''}"] = 1e3 * dt / m
+    times["per evaluation"] = times["flow matching|Euler, 1 step"]
+    info = {"threads": threads, "images": n, "ms_per_image": times}
+    write_json(out / "timing.json", info)
+    return info
+
+
+# --- the report --------------------------------------------------------------------------------
+COLUMNS = (
+    ("FID (LeNet)", "fid_lenet", "{:.1f}"),
+    ("FID (judge)", "fid_judge", "{:.1f}"),
+    ("precision", "precision", "{:.3f}"),
+    ("recall", "recall", "{:.3f}"),
+    ("confidence", "confidence", "{:.3f}"),
+    ("ms per image", "ms_per_image", "{:.2f}"),
+)
+
+
+def grouped(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["model"], row["sampler"]), []).append(row)
+    return groups
+
+
+def with_timing(result: dict, out: Path) -> dict:
+    """``result`` with every row's time per image from ``timing.json`` (measured alone)."""
+    if not (out / "timing.json").is_file():
+        return result
+    times = json.loads((out / "timing.json").read_text())["ms_per_image"]
+    rows = []
+    for row in result["rows"]:
+        key = f"{row['model']}|{row['sampler']}"
+        ms = times.get(key, row["nfe"] * times["per evaluation"] if row["model"] ==
+                       "flow matching" else row["ms_per_image"])  # fmt: skip
+        rows.append({**row, "ms_per_image": ms})
+    return {**result, "rows": rows, "timing": "alone, from timing.json"}
+
+
+def table(result: dict) -> str:
+    head = ["model", "sampler", "evaluations", "seeds"] + [c[0] for c in COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (model, sampler), rows in grouped(result["rows"]).items():
+        rows = sorted(rows, key=lambda r: r["seed"])
+        cells = [model, sampler, " / ".join(str(r["nfe"]) for r in rows),
+                 " / ".join(str(r["seed"]) for r in rows)]  # fmt: skip
+        for _, key, fmt in COLUMNS:
+            values = [fmt.format(r[key]) for r in rows]
+            mean = fmt.format(sum(r[key] for r in rows) / len(rows))
+            cells.append(" / ".join(values) + (f" (**{mean}**)" if len(rows) > 1 else ""))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(result: dict, folder: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for (model, sampler), rows in grouped(result["rows"]).items():
+        x = sum(r["ms_per_image"] for r in rows) / len(rows)
+        ys = [r["fid_lenet"] for r in rows]
+        marker = "o" if model == "flow matching" else "s"
+        ax.plot([x] * len(ys), ys, marker, color="C0" if model == "flow matching" else "C1",
+                alpha=0.8)  # fmt: skip
+        short = sampler.replace("one-step euler, T = 1000, final predict, float64, ", "")
+        label = short.replace("Euler, ", "").replace(" (scipy)", "")[:24]
+        ax.annotate(label, (x, min(ys)), fontsize=6, xytext=(3, -8), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"sampling time per image (ms, {result['threads']} CPU threads)")
+    ax.set_ylabel(f"FID (LeNet), {result['samples']} samples vs MNIST test")
+    ax.set_title("equal training time: ours (squares) vs flow matching (circles)", fontsize=9)
+    fig.tight_layout()
     folder.mkdir(parents=True, exist_ok=True)
-    rows = [r for r in result["rows"] if r["model"] != "real"]
-    real = next(r["fid"] for r in result["rows"] if r["model"] == "real")
-    paths = []
-    for key, label, name in (
-        ("nfe", "network evaluations (ours: g passes)", "fid_vs_nfe.png"),
-        (
-            "ms_per_image",
-            f"sampling time per image (ms, {result['threads']} CPU thread(s))",
-            "fid_vs_time.png",
-        ),
-    ):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for model in dict.fromkeys(r["model"] for r in rows):
-            pts = sorted((r[key], r["fid"], r["method"]) for r in rows if r["model"] == model)
-            if not pts:
-                continue
-            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            style = "o-" if model == "flow matching" else "s"
-            ax.plot(xs, ys, style, label=model)
-            for x, y, m in pts:
-                ax.annotate(_short(m), (x, y), fontsize=6, xytext=(3, 3),
-                            textcoords="offset points")  # fmt: skip
-        ax.axhline(real, color="gray", ls="--", lw=0.8, label=f"{result['samples']} real images")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel(label)
-        ax.set_ylabel(f"FID (LeNet), {result['samples']} samples vs MNIST test")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = folder / name
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        paths.append(path)
-    return paths
+    path = folder / "fid_vs_time.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
-def _short(method: str) -> str:
-    """A short point label: 'NFE 4', 'RK45', '1-step T=100', '1-step T=100 pred', 'multi T=100'."""
-    if method.startswith("Euler,"):
-        return "NFE " + method.split()[1]
-    if method.startswith("RK45"):
-        return "RK45"
-    if method.startswith("one-step"):
-        label = "1-step T=" + method.split("T=")[1].split()[0]
-        return label + (" pred" if method.endswith("predict") else "")
-    return "multi T=100"
+def report(out: Path, docs: Path) -> str:
+    result = with_timing(json.loads((out / "evaluation.json").read_text()), out)
+    docs.mkdir(parents=True, exist_ok=True)
+    for name in ("probe.json", "select.json", "timing.json"):
+        if (out / name).is_file():
+            write_text(docs / name, (out / name).read_text())
+    fms = {p.parent.name: json.loads(p.read_text()) for p in sorted(out.glob("fm-*/fm.json"))}
+    write_json(docs / "fm_runs.json", fms)
+    write_json(docs / "evaluation.json", result)
+    plot(result, docs)
+    text = table(result)
+    write_text(docs / "table.md", text + "\n")
+    return text
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("phase", choices=["all", "train-ours", "train-fm", "evaluate", "plot"])
-    p.add_argument("--minutes", type=float, default=10.0, help="training budget per model")
+    p.add_argument("phase", choices=["probe", "train-fm", "select", "evaluate", "timing",
+                                     "report"])
+    p.add_argument("--out", default=str(ROOT / "runs" / "eqt"), help="the benchmark's folder")
+    p.add_argument("--ours", nargs="+", default=[], help="our runs, seed 0 first (probe: one)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--samples", type=int, default=500, help="generated images per FID")
-    p.add_argument("--tol", type=float, default=1e-3, help="rtol = atol of the adaptive solver")
-    p.add_argument("--out", default=str(ROOT / "runs" / "bench-quality"))
-    p.add_argument("--extra-run", action="append", default=[], help="another flow run to rate")
-    p.add_argument("--ours-temperature", type=float, default=None,
-                   help="noise temperature of our samplers (default: each run's)")  # fmt: skip
-    p.add_argument("--plots", default=str(ROOT / "docs" / "benchmarks"))
+    p.add_argument("--lr", type=float, default=1e-3, help="flow matching's learning rate")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch", type=int, default=32, help="flow matching's batch")
+    p.add_argument("--steps", type=int, default=0, help="flow matching's steps (0: probe.json)")
+    p.add_argument("--samples", type=int, default=2000, help="generated images per row")
+    p.add_argument("--tol", type=float, default=1e-3,
+                   help="rtol = atol of the adaptive solver (0: no adaptive row)")  # fmt: skip
+    p.add_argument("--nfe", default="1,2,4,10,100", help="flow matching's Euler step counts")
+    p.add_argument("--fm-seeds", default="0,1", help="flow-matching seeds to rate")
+    p.add_argument("--docs", default=str(ROOT / "docs" / "benchmarks" / "equal-time"))
     args = p.parse_args(argv)
     out = Path(args.out)
-    if args.phase in ("all", "train-ours"):
-        print(json.dumps(train_ours(out, args.minutes, args.threads)), flush=True)
-    if args.phase in ("all", "train-fm"):
-        print(json.dumps(train_fm(out, args.minutes, args.threads)), flush=True)
-    if args.phase in ("all", "evaluate"):
-        result = evaluate(out, args.samples, args.threads, args.extra_run, args.tol,
-                          args.ours_temperature)  # fmt: skip
-    elif args.phase == "plot":
-        result = json.loads((out / "quality.json").read_text())
-    if args.phase in ("all", "evaluate", "plot"):
-        print([str(p) for p in plot(result, Path(args.plots))])
+    out.mkdir(parents=True, exist_ok=True)
+    if args.phase == "probe":
+        print(json.dumps(probe(out, Path(args.ours[0]), args.threads, args.batch)))
+    elif args.phase == "train-fm":
+        steps = args.steps or json.loads((out / "probe.json").read_text())["fm_steps"]
+        print(json.dumps(train_fm(out, args.lr, args.seed, steps, args.batch, args.threads)))
+    elif args.phase == "select":
+        print(json.dumps(select(out, args.threads, args.samples)))
+    elif args.phase == "evaluate":
+        nfes = tuple(int(v) for v in args.nfe.split(",") if v)
+        seeds = tuple(int(v) for v in args.fm_seeds.split(",") if v)
+        evaluate(out, [Path(r) for r in args.ours], args.samples, args.threads, args.tol, nfes,
+                 seeds)  # fmt: skip
+    elif args.phase == "timing":
+        print(json.dumps(timing(out, Path(args.ours[0]), args.threads, args.samples)))
+    else:
+        print(report(out, Path(args.docs)))
 
 
 if __name__ == "__main__":

@@ -165,3 +165,21 @@ def test_every_train_option_is_documented_and_rendered():
     table = render_options(Demo(lr=0.5), markdown=True)
     assert table.startswith("| option |") and "| `lr` | float | `0.5` |" in table
     assert "{fast,slow}" in table and "int \\| None" in table
+
+
+def test_a_flow_model_is_built_from_its_model_config_alone():
+    from linearizer.flow.build import build_flow
+    from linearizer.flow.config import FlowConfig, FlowModelConfig
+    from linearizer.invertible.factory import NetworkConfig
+
+    cpu = resolve("flow", "cpu")
+    part = cpu.model_config()
+    assert type(part) is FlowModelConfig and not isinstance(part, TrainConfig)
+    assert part.to_dict().items() <= cpu.to_dict().items()
+    # A model config reads back as the whole config's model keys (the saved layout is flat).
+    assert FlowConfig.from_dict(part.to_dict()).model_config() == part
+    tiny = FlowModelConfig(network=NetworkConfig(img_size=8, blocks=1, hidden=8), rank=3,
+                           lora_emb=8, lora_hidden=16)  # fmt: skip
+    assert build_flow(tiny).op.rank == 3
+    with pytest.raises(LinearizerError, match="rank"):
+        FlowModelConfig(rank=0)

@@ -1,7 +1,7 @@
 """One-step flow matching inside a Linearizer (registers the ``flow`` presets on import)."""
 
 from . import config as config
-from .config import FlowConfig
+from .config import FlowConfig, FlowModelConfig
 from .model import OneStepFlow
 
-__all__ = ["FlowConfig", "OneStepFlow"]
+__all__ = ["FlowConfig", "FlowModelConfig", "OneStepFlow"]

@@ -1,15 +1,17 @@
-"""Build a :class:`OneStepFlow` from its config (the constructor arguments saved with a run)."""
+"""Build a :class:`OneStepFlow` from its model config (saved with a run inside its
+:class:`~linearizer.flow.config.FlowConfig`; no training setting is read)."""
 
 from __future__ import annotations
 
 from ..invertible.factory import build_network
 from ..operators.lora import TimeLoRA
-from .config import FlowConfig
+from .config import FlowModelConfig
 from .model import OneStepFlow
 
 
-def build_flow(cfg: FlowConfig, channels: int = 1) -> OneStepFlow:
-    """The network and operator ``cfg`` describes, freshly initialised (seeded by the caller)."""
+def build_flow(cfg: FlowModelConfig, channels: int = 1) -> OneStepFlow:
+    """The network and operator ``cfg`` describes, freshly initialised (seeded by the caller);
+    ``cfg`` is a :class:`FlowModelConfig` or a whole ``FlowConfig``."""
     net = build_network(cfg.network, channels)
     size = cfg.network.img_size
     dim = channels * size * size

@@ -18,9 +18,11 @@ Presets:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from ..config import Config
 from ..data.config import DataConfig
 from ..errors import LinearizerError
 from ..invertible.factory import NetworkConfig
@@ -29,14 +31,18 @@ from .spec import SamplerSpec
 
 
 @dataclass
-class FlowConfig(TrainConfig):
-    """One-step flow matching: data, networks, objective, sampling and training settings."""
+class FlowModelConfig(Config):
+    """What builds a :class:`~linearizer.flow.model.OneStepFlow`: the invertible network and
+    the time-dependent operator, and nothing of training (:func:`~linearizer.flow.build.build_flow`
+    takes this or any :class:`FlowConfig`).
 
-    RENAMED = {**TrainConfig.RENAMED, "sample_temperature": "sampler.temperature"}
-    # The training grids' T and solver: the grids now use the run's sampler.
-    RETIRED = frozenset({"sample_steps", "sample_method"})
+    >>> from linearizer.flow.build import build_flow
+    >>> model = build_flow(FlowModelConfig(network=NetworkConfig(img_size=8, blocks=1, hidden=8),
+    ...                                    rank=2, lora_emb=8, lora_hidden=16))
+    >>> model.image_shape
+    (1, 8, 8)
+    """
 
-    data: DataConfig = option(DataConfig(), "training images")
     network: NetworkConfig = option(NetworkConfig(), "the invertible network g")
     rank: int = option(8, "rank r of A(t) = U(t) V(t)^T")
     lora_emb: int = option(64, "width of the sinusoidal time embedding of the hypernetworks")
@@ -44,10 +50,45 @@ class FlowConfig(TrainConfig):
     lora_depth: int = option(2, "hidden layers of the hypernetworks")
     lora_activation: Literal["gelu", "silu"] = option("silu", "hypernetwork activation")
     v_scale: float = option(0.03125, "scale on V(t) (1/sqrt(D) keeps A near unit gain at init)")
-    noise_level: float = option(0.3, "latent noise of the two reconstruction terms (authors: 0.3)")
     lora_basis: int = option(
         0, "A(t)'s factors as a t-dependent mix of this many learned matrices (0: plain heads)"
     )
+    conditional: bool = option(
+        False, "class-conditional operator A(t, c): a learned class embedding added to the "
+        "hypernetworks' time embedding; g stays shared by all classes (docs/conditional.md)"
+    )
+    classes: int = option(10, "number of classes of a conditional run (labels 0..classes-1)")
+
+    def validate(self) -> None:
+        super().validate()
+        size = self.network.img_size
+        if size % 2 or size < 4:
+            raise LinearizerError(f"img_size must be even and >= 4, got {size}")
+        for name in ("rank", "lora_hidden", "lora_depth"):
+            if getattr(self, name) < 1:
+                raise LinearizerError(f"config key '{name}' must be >= 1")
+        if self.lora_basis < 0:
+            raise LinearizerError(f"config key 'lora_basis' must be >= 0, got {self.lora_basis}")
+        if self.conditional and self.classes < 2:
+            raise LinearizerError(f"config key 'classes' must be >= 2, got {self.classes}")
+
+    def model_config(self) -> FlowModelConfig:
+        """The model's part alone (a :class:`FlowConfig` drops its data and training keys)."""
+        names = {f.name for f in dataclasses.fields(FlowModelConfig)}
+        return FlowModelConfig(**{k: v for k, v in vars(self).items() if k in names})
+
+
+@dataclass
+class FlowConfig(FlowModelConfig, TrainConfig):
+    """One-step flow matching: the model (:class:`FlowModelConfig`), data, objective, sampling
+    and training settings."""
+
+    RENAMED = {**TrainConfig.RENAMED, "sample_temperature": "sampler.temperature"}
+    # The training grids' T and solver: the grids now use the run's sampler.
+    RETIRED = frozenset({"sample_steps", "sample_method"})
+
+    data: DataConfig = option(DataConfig(), "training images")
+    noise_level: float = option(0.3, "latent noise of the two reconstruction terms (authors: 0.3)")
     perceptual: Literal["auto", "lpips", "mse", "l1", "ssim", "grad"] = option(
         "mse", "distance of the x1 reconstruction terms: LPIPS (needs piq) or a stand-in"
     )
@@ -64,11 +105,6 @@ class FlowConfig(TrainConfig):
         "training grids use it unless told otherwise (flow.spec)"
     )
     n_samples: int = option(64, "images in the sample grids saved during training")
-    conditional: bool = option(
-        False, "class-conditional operator A(t, c): a learned class embedding added to the "
-        "hypernetworks' time embedding; g stays shared by all classes (docs/conditional.md)"
-    )
-    classes: int = option(10, "number of classes of a conditional run (labels 0..classes-1)")
     class_dropout: float = option(
         0.1, "fraction of a conditional run's rows trained with the null class, for "
         "classifier-free guidance"
@@ -88,12 +124,6 @@ class FlowConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        size = self.network.img_size
-        if size % 2 or size < 4:
-            raise LinearizerError(f"img_size must be even and >= 4, got {size}")
-        for name in ("rank", "lora_hidden", "lora_depth"):
-            if getattr(self, name) < 1:
-                raise LinearizerError(f"config key '{name}' must be >= 1")
         if self.time_groups < 0:
             raise LinearizerError(f"config key 'time_groups' must be >= 0, got {self.time_groups}")
         if self.calibration_samples < 0 or self.calibration_samples == 1:
@@ -107,8 +137,6 @@ class FlowConfig(TrainConfig):
                 f"got {self.transport_steps}"
             )
         if self.conditional:
-            if self.classes < 2:
-                raise LinearizerError(f"config key 'classes' must be >= 2, got {self.classes}")
             if not 0.0 <= self.class_dropout < 1.0:
                 raise LinearizerError(f"config key 'class_dropout' must lie in [0, 1), got "
                                       f"{self.class_dropout}")  # fmt: skip
@@ -116,9 +144,6 @@ class FlowConfig(TrainConfig):
                 raise LinearizerError("conditional=true samples the trained map alone: use "
                                       "--preset cpu-cond, or set calibration_samples=0 "
                                       "transport_steps=0 finish_minutes=0")  # fmt: skip
-        if self.lora_basis < 0:
-            raise LinearizerError(f"config key 'lora_basis' must be >= 0, got {self.lora_basis}")
-
 
 SMOKE = FlowConfig(
     data=DataConfig(dataset="synthetic"),
