@@ -341,7 +341,8 @@ def evaluate(out: Path, ours: list[Path], n: int, threads: int, tol: float,
     rater = Rater(out, n)
     for seed, run in enumerate(ours):
         rate_ours(rater, run, seed)
-    lr = json.loads((out / "select.json").read_text())["best_lr"]
+    if fm_seeds:
+        lr = json.loads((out / "select.json").read_text())["best_lr"]
     for seed in fm_seeds:
         rate_fm(rater, fm_folder(out, lr, seed), seed, nfes, tol or None)
 

@@ -76,3 +76,44 @@ def test_step_quick_smoke(tmp_path):
             assert summary["steps_per_s"] > 0 and summary["gflop_per_step"] > 0
             assert abs(sum(summary["split"].values()) - 1) < 1e-9
     assert "the steps/s of the authors' algorithms" in proc.stdout
+
+
+def test_quality_protocol_pieces(tmp_path):
+    """benchmarks/quality.py: flow matching's schedule is our preset's, its samplers integrate
+    a known field, and the report averages seeds and takes the times measured alone."""
+    import quality
+    import torch
+
+    assert quality.lr_factor(0, 1000) == 1 / quality.WARMUP
+    assert quality.lr_factor(quality.WARMUP, 1000) == 1.0
+    assert abs(quality.lr_factor(1000, 1000) - quality.MIN_LR_RATIO) < 1e-12
+
+    class Field(torch.nn.Module):  # v(t, x) = -x: x(1) = x(0) / e
+        def forward(self, t, x):
+            return -x
+
+    x0 = torch.randn(3, 1, 4, 4, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(quality.fm_euler(Field(), x0, 1), torch.zeros_like(x0))
+    assert torch.allclose(quality.fm_euler(Field(), x0, 4), x0 * 0.75**4)
+    x1, nfe = quality.fm_adaptive(Field(), x0, 1e-8)
+    assert torch.allclose(x1, x0 * torch.exp(torch.tensor(-1.0)), rtol=1e-5) and nfe > 6
+
+    def row(model, sampler, seed, fid, nfe=2, ms=1.0):
+        keys = ("fid_judge", "precision", "recall", "confidence")
+        return {"model": model, "sampler": sampler, "seed": seed, "nfe": nfe,
+                "fid_lenet": fid, "ms_per_image": ms, **dict.fromkeys(keys, 0.5)}  # fmt: skip
+
+    result = {"samples": 4, "threads": 2, "rows": [
+        row("ours", "one-step", 0, 10.0), row("ours", "one-step", 1, 20.0),
+        row("flow matching", "Euler, 4 steps", 0, 30.0, nfe=4, ms=99.0),
+        row("flow matching", "RK45", 0, 40.0, nfe=12, ms=99.0)]}  # fmt: skip
+    lines = quality.table(result).splitlines()
+    assert "10.0 / 20.0 (**15.0**)" in lines[2] and "0 / 1" in lines[2]
+    assert "30.0" in lines[3] and "(**" not in lines[3]
+    times = {"flow matching|Euler, 4 steps": 8.0, "per evaluation": 2.0}
+    (tmp_path / "timing.json").write_text(json.dumps({"ms_per_image": times}))
+    timed = {(r["model"], r["sampler"]): r["ms_per_image"] for r in
+             quality.with_timing(result, tmp_path)["rows"]}  # fmt: skip
+    assert timed[("flow matching", "Euler, 4 steps")] == 8.0
+    assert timed[("flow matching", "RK45")] == 24.0  # its evaluations x one evaluation
+    assert timed[("ours", "one-step")] == 1.0  # no time measured alone: the rating's
