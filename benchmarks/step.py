@@ -86,6 +86,8 @@ VARIANTS = {
     "compile-loss": "torch.compile (inductor) on the whole loss (flow_loss)",
     "fused-adam": "Adam(fused=True): one kernel for the update of every parameter",
     "foreach-ema": "the EMA update as one torch._foreach_lerp_",
+    "unbounded": "the cpu network without its bounded shifts and linear logit tails (shift_bound "
+    "0, sigmoid tails: the network before 2026-12-04)",
 }
 
 
@@ -131,7 +133,15 @@ def _stepper(arch: str, impl: str, quick: bool, variant: str = ""):
     from linearizer.flow.model import NOISE
     from linearizer.flow.objective import draw_noise, flow_loss
 
+    levers = set(filter(None, variant.split("+")))
+    if levers - set(VARIANTS):
+        raise SystemExit(f"error: unknown variant {variant!r}; choose from {sorted(VARIANTS)}")
     cfg = _config(arch, quick)
+    if "unbounded" in levers:
+        from dataclasses import replace
+
+        net = replace(cfg.network, shift_bound=0.0, logit_tails="sigmoid")
+        cfg = replace(cfg, network=net)
     torch.manual_seed(0)
     model = build_flow(cfg)
     with torch.no_grad():  # data-dependent ActNorm start, as in training
@@ -142,9 +152,6 @@ def _stepper(arch: str, impl: str, quick: bool, variant: str = ""):
         from reference import Reference
 
         ref = Reference(model)
-    levers = set(filter(None, variant.split("+")))
-    if levers - set(VARIANTS):
-        raise SystemExit(f"error: unknown variant {variant!r}; choose from {sorted(VARIANTS)}")
     if "compile" in levers:
         _compile_conditioners(model)
     loss_fn = torch.compile(flow_loss, dynamic=False) if "compile-loss" in levers else flow_loss

@@ -63,6 +63,27 @@ def test_invert_and_interpolate(smoke_flow_run, tmp_path):
     assert any(p.suffix == ".png" for p in (tmp_path / "int").iterdir())
 
 
+def test_interpolate_says_when_a_path_end_misses_its_image(smoke_flow_run, tmp_path, capsys,
+                                                           monkeypatch):  # fmt: skip
+    from linearizer.cli import cmd_interpolate
+    from linearizer.flow.inversion import interpolate
+
+    def off_at_the_end(*args, **kwargs):  # the path's last frame no longer is its image
+        path = interpolate(*args, **kwargs).clone()
+        path[-1] = path[-1] + 0.1
+        return path
+
+    monkeypatch.setattr(cmd_interpolate, "interpolate", off_at_the_end)
+    capsys.readouterr()
+    run_ok("interpolate", smoke_flow_run, "--steps", "10", "--n", "3", "--pair", "2,5",
+           "--out", tmp_path / "int")  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2, err  # one line per path, noise then latent
+    assert err[0].startswith("note: noise path, image 0 = test 2, 1 = test 5: the round trip "
+                             "of image(s) 1 is off")  # fmt: skip
+    assert err[1].startswith("note: latent path")
+
+
 def test_svd(smoke_flow_run, tmp_path):
     run_ok("svd", smoke_flow_run, "--steps", "10", "--k", "2", "--out", tmp_path / "svd")
     assert any((tmp_path / "svd").iterdir())

@@ -182,6 +182,37 @@ def test_flag_logit_jacobian_gradients_and_errors():
             FlagLogit(bad)
 
 
+def test_flag_logit_linear_tails_match_on_pixels_and_invert_everywhere():
+    from linearizer.invertible.logit import FlagLogit
+
+    gen = torch.Generator().manual_seed(2)
+    sig, lin = FlagLogit(0.05), FlagLogit(0.05, "linear")
+    one = torch.ones(3, dtype=torch.float64)
+    pixels = _in_domain((3, 1, 4, 4), gen)
+    pixels[0, 0, 0, :2] = torch.tensor([0.0, 1.0], dtype=torch.float64)  # the edges themselves
+    torch.testing.assert_close(lin(pixels, one), sig(pixels, one), rtol=0, atol=1e2 * EPS)
+    # every latent decodes to a pixel that encodes back, where the sigmoid's tail saturates
+    z = 40 * torch.randn(3, 1, 4, 4, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(lin(lin.inverse(z, one), one), z, rtol=0, atol=1e3 * EPS * 40)
+    assert float((sig(sig.inverse(z, one), one) - z).abs().max()) > 1.0
+    # clamped to [0, 1], both tails decode every latent to the same image
+    torch.testing.assert_close(lin.inverse(z, one).clamp(0, 1), sig.inverse(z, one).clamp(0, 1),
+                               rtol=0, atol=1e2 * EPS)  # fmt: skip
+    # value and slope continue across the edges (C1), so gradients exist everywhere
+    x = torch.tensor([[[[-0.3, 1e-3, 0.999, 1.7]]]], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: lin(v, one[:1]), (x,))
+    edge = torch.tensor([[[[-1e-9, 1e-9, 1 - 1e-9, 1 + 1e-9]]]], dtype=torch.float64,
+                        requires_grad=True)  # fmt: skip
+    y = lin(edge, one[:1]).flatten()
+    gaps = (y[1::2] - y[::2]).detach().abs()
+    assert float(gaps.max()) < 1e-6
+    (slope,) = torch.autograd.grad(y.sum(), edge)
+    torch.testing.assert_close(slope.flatten()[::2], slope.flatten()[1::2], rtol=1e-6, atol=0)
+    assert "tails='linear'" in repr(lin)
+    with pytest.raises(LinearizerError, match="tails"):
+        FlagLogit(0.05, "cubic")
+
+
 def test_logit_network_round_trip_and_config_checks():
     from linearizer.invertible.factory import NetworkConfig, build_network
 

@@ -90,6 +90,9 @@ CASES = {
     "block": (lambda: CouplingBlock(4, make_cnn), 4, True),
     "cpu-network": (lambda: cpu_network(1, num_blocks=2, hidden=8), 1, True),
     "cpu-network-2-levels": (lambda: cpu_network(1, num_blocks=1, hidden=8, levels=2), 1, True),
+    "cpu-network-bounded-shifts": (
+        lambda: cpu_network(1, num_blocks=2, hidden=8, shift_bound=1.5), 1, True
+    ),
     "network-3ch-hard": (
         lambda: InvertibleNetwork(3, 2, make_cnn, squeeze=False, clamp_mode="hard"),
         3,
@@ -147,6 +150,8 @@ CONTRACT: dict[str, tuple[Callable[[], nn.Module], Sample, Sample | None]] = {
     "flag-actnorm": (lambda: FlagActNorm(3), lambda n: images(3, 2, n), flags),
     # the logit's data rows take pixels in [0, 1]
     "flag-logit": (lambda: FlagLogit(0.05), lambda n: torch.rand(n, 2, 3, 3), flags),
+    "flag-logit-linear-tails": (  # any real pixel: the tails continue the logit linearly
+        lambda: FlagLogit(0.05, "linear"), lambda n: 2 * torch.randn(n, 2, 3, 3), flags),
     "transport-coupling": (lambda: Coupling(5, 8, flip=False), rows, None),
     "transport-coupling-flip": (lambda: Coupling(5, 8, flip=True), rows, None),
     "transport-mixing": (lambda: Mixing(5, seed=1), rows, None),
@@ -322,6 +327,29 @@ def test_coupling_formula(mode):
     second = AffineCoupling(_Fixed(), "second", clamp=1.5, clamp_mode=mode)(x)
     assert torch.equal(second[:, :2], a)
     assert_near(second[:, 2:], (b + 2 * a) * torch.exp(clamp(a)), eps_factor=10)
+
+
+def test_bounded_shift_formula_and_its_exact_inverse_far_off_the_data():
+    x = torch.randn(2, 4, 3, 3) * 1e4  # conditioner inputs far outside any training range
+    a, b = x[:, :2], x[:, 2:]
+    y = AffineCoupling(_Fixed(), "first", clamp=1.5, shift_bound=3.0)(x)
+    shift, log_scale = 3.0 * torch.tanh(2 * b / 3.0), 1.5 * torch.tanh(b / 1.5)
+    assert_near(y[:, :2], (a + shift) * torch.exp(log_scale), eps_factor=10)
+    unbounded = AffineCoupling(_Fixed(), "first", clamp=1.5)(x)
+    assert float(unbounded[:, :2].abs().max()) > 1e4  # shifts of 2e4 pass straight through
+    coupling = AffineCoupling(_Fixed(), "first", clamp=1.5, shift_bound=3.0)
+    assert_near(coupling.inverse(y), x, eps_factor=100)
+    assert "shift_bound=3" in repr(coupling)
+
+
+def test_shift_bound_reaches_every_coupling_and_refuses_negatives():
+    g = cpu_network(1, num_blocks=1, hidden=4, dense_blocks=1, img_size=8, shift_bound=2.0)
+    bounds = {m.shift_bound for m in g.modules() if isinstance(m, AffineCoupling)}
+    assert bounds == {2.0}
+    with pytest.raises(LinearizerError, match="shift_bound"):
+        AffineCoupling(_Fixed(), shift_bound=-1.0)
+    with pytest.raises(LinearizerError, match="shift_bound"):
+        cpu_network(1, num_blocks=1, hidden=4, shift_bound=-1.0)
 
 
 def test_coupling_bad_arguments_and_conditioner_output():

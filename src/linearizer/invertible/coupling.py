@@ -12,6 +12,13 @@ A conditioner is any ``nn.Module`` called as ``conditioner(u, cond) -> h`` with
 The coupling applies ``y = (x + s) * exp(clamp(l))`` (shift *before* scale, as the authors)
 and inverts it exactly with ``x = y * exp(-clamp(l)) - s``, because ``u`` is the same on both
 sides. A conditioner whose last layer starts at zero makes the coupling start as the identity.
+
+``shift_bound = S > 0`` soft-bounds the shift as ``S tanh(s / S)``. A conditioner that reads
+an input far outside its training range extrapolates; unbounded, its shifts compound from block
+to block into activations of 1e4 and more, where one float32 rounding of the kept half is
+amplified past the image's range (docs/flow/roundtrip.md). Bounded, shift and log-scale both
+saturate there: the coupling is affine with constant coefficients, and its inverse scales an
+error by at most ``exp(clamp)``.
 """
 
 from __future__ import annotations
@@ -26,6 +33,11 @@ from .precision import run_conditioner
 
 UPDATES = ("first", "second")
 CLAMP_MODES = ("soft", "hard")
+
+
+def bound_shift(raw: Tensor, bound: float) -> Tensor:
+    """``bound * tanh(raw / bound)``, or ``raw`` itself for ``bound = 0`` (unbounded)."""
+    return bound * torch.tanh(raw / bound) if bound else raw
 
 
 def clamp_log_scale(raw: Tensor, clamp: float, mode: str) -> Tensor:
@@ -59,6 +71,7 @@ class AffineCoupling(InvertibleModule):
         update: str = "first",
         clamp: float = 5.0,
         clamp_mode: str = "soft",
+        shift_bound: float = 0.0,
     ) -> None:
         super().__init__()
         if update not in UPDATES:
@@ -67,10 +80,13 @@ class AffineCoupling(InvertibleModule):
             raise LinearizerError(f"clamp_mode must be one of {CLAMP_MODES}, got {clamp_mode!r}")
         if not clamp > 0:
             raise LinearizerError(f"clamp must be positive, got {clamp}")
+        if shift_bound < 0:
+            raise LinearizerError(f"shift_bound must be >= 0 (0: unbounded), got {shift_bound}")
         self.cond = conditioner
         self.update = update
         self.clamp = float(clamp)
         self.clamp_mode = clamp_mode
+        self.shift_bound = float(shift_bound)
 
     def _halves(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``(changed, kept)`` halves of ``x``."""
@@ -95,7 +111,8 @@ class AffineCoupling(InvertibleModule):
             raise LinearizerError(
                 f"conditioner returned {tuple(h.shape)}, expected {expected} (shifts, log-scales)"
             )
-        return h[:, :width], clamp_log_scale(h[:, width:], self.clamp, self.clamp_mode)
+        shift = bound_shift(h[:, :width], self.shift_bound)
+        return shift, clamp_log_scale(h[:, width:], self.clamp, self.clamp_mode)
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
         changed, kept = self._halves(x)
@@ -108,4 +125,5 @@ class AffineCoupling(InvertibleModule):
         return self._join(changed * torch.exp(-log_scale) - shift, kept)
 
     def extra_repr(self) -> str:
-        return f"update={self.update!r}, clamp={self.clamp}, clamp_mode={self.clamp_mode!r}"
+        bound = f", shift_bound={self.shift_bound:g}" if self.shift_bound else ""
+        return f"update={self.update!r}, clamp={self.clamp}, clamp_mode={self.clamp_mode!r}{bound}"

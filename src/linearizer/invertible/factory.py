@@ -45,10 +45,20 @@ class NetworkConfig(Config):
         "after the convolutional ones",
     )
     dense_hidden: int = option(256, "cpu network: hidden width of the fully connected conditioners")
+    shift_bound: float = option(
+        0.0,
+        "cpu network: soft bound S of every coupling's shifts, S tanh(s / S), so inputs far off "
+        "the data cannot blow the activations up (0 = unbounded)",
+    )
     logit: float = option(
         0.0,
         "cpu network: alpha of a logit on data-flag pixels, logit(alpha + (1 - 2 alpha) x), so "
         "samples decode through a sigmoid (0 = none)",
+    )
+    logit_tails: Literal["sigmoid", "linear"] = option(
+        "sigmoid",
+        "cpu network: the logit's inverse beyond pixels 0 and 1: the sigmoid's saturating tail, "
+        "or the logit continued linearly, so every latent decodes to a pixel that encodes back",
     )
     memory_saving: bool = option(
         False, "recompute g's activations from its exact inverse in backprop (less memory)"
@@ -96,6 +106,11 @@ class NetworkConfig(Config):
             raise LinearizerError("config key 'network.logit' applies to the cpu network only")
         if not self.clamp > 0:
             raise LinearizerError(f"config key 'network.clamp' must be > 0, got {self.clamp}")
+        if self.shift_bound < 0:
+            raise LinearizerError(
+                f"config key 'network.shift_bound' must be >= 0 (0: unbounded), got "
+                f"{self.shift_bound}"
+            )
 
 
 def build_network(
@@ -124,5 +139,6 @@ def build_network(
         clamp_mode=cfg.clamp_mode, clamp=cfg.clamp, dropout=cfg.dropout,
         flag_norm=cfg.flag_actnorm and conditioned, levels=cfg.levels, logit=cfg.logit,
         dense_blocks=cfg.dense_blocks, dense_hidden=cfg.dense_hidden, img_size=cfg.img_size,
+        shift_bound=cfg.shift_bound, logit_tails=cfg.logit_tails,
         **({} if conditioned else {"cond_dim": 0}),
     )  # fmt: skip

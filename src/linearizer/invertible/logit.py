@@ -4,10 +4,14 @@ A flow's latent is Gaussian-like and unbounded, while MNIST's pixels pile up at 
 Through ``y = logit(alpha + (1 - 2 alpha) x)`` (RealNVP's preprocessing, Dinh et al. 2017) the
 inverse ends in a sigmoid: whatever latent the sampler hands over decodes to a pixel inside
 ``(-alpha / (1 - 2 alpha), 1 + alpha / (1 - 2 alpha))``, and a latent that leaves the data
-manifold saturates towards the background instead of spraying grey speckle across it.
+manifold saturates towards the background instead of spraying grey speckle across it. With
+``tails="linear"`` the sigmoid's tails beyond pixels 0 and 1 are straight lines instead: the
+same images once clamped to [0, 1], and every latent decodes to a pixel that encodes back.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -16,16 +20,24 @@ from ..errors import LinearizerError
 from .base import InvertibleModule
 
 DATA_FLAG = 1.0
+TAILS = ("sigmoid", "linear")
 
 
 class FlagLogit(InvertibleModule):
     """``logit(alpha + (1 - 2 alpha) x)`` on the rows whose flag is 1 (data); the identity on
     the others (noise, flag 0; ``cond=None`` means flag 0, as for :class:`FlagActNorm`).
 
-    The map is a bijection from the open interval ``(lo, hi) = (-alpha / (1 - 2 alpha),
-    1 + alpha / (1 - 2 alpha))`` onto the real line. The interval's edges, where a saturated
-    sigmoid lands, encode to the largest logit the dtype resolves; data-flag inputs outside it
-    are refused with a one-line error rather than turned into NaN.
+    ``tails="sigmoid"``: the map is a bijection from the open interval ``(lo, hi) =
+    (-alpha / (1 - 2 alpha), 1 + alpha / (1 - 2 alpha))`` onto the real line. The interval's
+    edges, where a saturated sigmoid lands, encode to the largest logit the dtype resolves;
+    data-flag inputs outside it are refused with a one-line error rather than turned into NaN.
+
+    ``tails="linear"``: the same logit on pixels in [0, 1], continued linearly (value and slope
+    match at 0 and 1) outside, so the map is a bijection of the whole real line. Nothing
+    changes for pixels in [0, 1], nor for a decoded image clamped to [0, 1]; but a latent whose
+    pixel the sigmoid would squeeze into ``(1, hi)`` decodes to a pixel beyond 1 that encodes
+    back to it, where the sigmoid's flat tail keeps only a few digits of it
+    (docs/flow/roundtrip.md §2).
 
     >>> block = FlagLogit(0.05)
     >>> x = torch.tensor([[0.0, 0.5, 1.0], [-3.0, 0.0, 3.0]]).view(2, 1, 1, 3)
@@ -37,13 +49,17 @@ class FlagLogit(InvertibleModule):
     True
     """
 
-    def __init__(self, alpha: float) -> None:
+    def __init__(self, alpha: float, tails: str = "sigmoid") -> None:
         super().__init__()
         if not 0.0 < alpha < 0.5:
             raise LinearizerError(f"the logit's alpha must be in (0, 0.5), got {alpha}")
-        self.alpha = float(alpha)
+        if tails not in TAILS:
+            raise LinearizerError(f"the logit's tails must be one of {TAILS}, got {tails!r}")
+        self.alpha, self.tails = float(alpha), tails
         self.width = 1.0 - 2.0 * self.alpha
         self.lo, self.hi = -self.alpha / self.width, 1.0 + self.alpha / self.width
+        self.edge = math.log((1.0 - self.alpha) / self.alpha)  # the logit of pixel 1
+        self.slope = self.width / (self.alpha * (1.0 - self.alpha))  # its derivative there
 
     def _on_data_rows(self, x: Tensor, cond: Tensor | None, fn) -> Tensor:  # noqa: ANN001
         if cond is None:
@@ -57,6 +73,9 @@ class FlagLogit(InvertibleModule):
         return x.index_copy(0, rows, fn(x.index_select(0, rows)))
 
     def _logit(self, x: Tensor) -> Tensor:
+        if self.tails == "linear":
+            inside = torch.logit(self.alpha + self.width * x.clamp(0, 1))
+            return inside + (x - x.clamp(0, 1)) * self.slope
         p = self.alpha + self.width * x
         # A decoded pixel can sit exactly on the interval's edge (a saturated sigmoid, rounded):
         # it encodes to the largest finite logit this dtype resolves instead of an infinity.
@@ -72,6 +91,9 @@ class FlagLogit(InvertibleModule):
         return torch.logit(p.clamp(eps, 1 - eps))
 
     def _sigmoid(self, y: Tensor) -> Tensor:
+        if self.tails == "linear":
+            inside = y.clamp(-self.edge, self.edge)
+            return (torch.sigmoid(inside) - self.alpha) / self.width + (y - inside) / self.slope
         return (torch.sigmoid(y) - self.alpha) / self.width
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
@@ -81,4 +103,5 @@ class FlagLogit(InvertibleModule):
         return self._on_data_rows(z, cond, self._sigmoid)
 
     def extra_repr(self) -> str:
-        return f"alpha={self.alpha:g}, flag={DATA_FLAG:g}"
+        tails = "" if self.tails == "sigmoid" else f", tails={self.tails!r}"
+        return f"alpha={self.alpha:g}, flag={DATA_FLAG:g}{tails}"

@@ -127,8 +127,9 @@ class InvertibleNetwork(InvertibleModule):
     amplifies 500-fold, beyond float32's 24 bits (docs/flow/roundtrip.md). In float64 the round
     trip holds to 1e-5 on any input, at about 10 % more time; training keeps the input's dtype.
 
-    ``logit > 0`` starts with a :class:`FlagLogit` of that ``alpha``: data-flag images (pixels in
-    [0, 1]) are mapped to the real line before the first block, so the inverse ends in a sigmoid.
+    ``logit > 0`` starts with a :class:`FlagLogit` of that ``alpha`` and ``logit_tails``:
+    data-flag images (pixels in [0, 1]) are mapped to the real line before the first block, so
+    the inverse ends in a sigmoid (with straight tails beyond 0 and 1 for ``"linear"``).
 
     >>> import torch
     >>> g = InvertibleNetwork(1, 2, lambda i, o: SmallCNN(i, o, hidden=8))
@@ -150,6 +151,7 @@ class InvertibleNetwork(InvertibleModule):
         levels: int = 1,
         logit: float = 0.0,
         tail: Sequence[InvertibleModule] = (),
+        logit_tails: str = "sigmoid",
     ) -> None:
         super().__init__()
         if in_channels < 1 or num_blocks < 1 or levels < 1:
@@ -163,7 +165,7 @@ class InvertibleNetwork(InvertibleModule):
         if width < 2:
             raise LinearizerError("a one-channel input needs squeeze=True (or None)")
         self.in_channels = in_channels
-        self.logit = FlagLogit(logit) if logit else None
+        self.logit = FlagLogit(logit, logit_tails) if logit else None
         self.squeeze = Squeeze() if squeeze else None
         blocks: list[InvertibleModule] = [
             CouplingBlock(width, make_conditioner, clamp, clamp_mode, flag_norm)
@@ -263,6 +265,8 @@ def cpu_network(
     dense_blocks: int = 0,
     dense_hidden: int = 256,
     img_size: int | None = None,
+    shift_bound: float = 0.0,
+    logit_tails: str = "sigmoid",
 ) -> InvertibleNetwork:
     """The network of the CPU presets: :class:`SmallCNN` conditioners, zero-initialised.
 
@@ -277,7 +281,9 @@ def cpu_network(
 
     ``dense_blocks`` appends coupling blocks whose conditioners are fully connected
     (:class:`DenseConditioner`, ``dense_hidden`` wide) and so see the whole image; they fix the
-    input size, ``img_size`` x ``img_size``.
+    input size, ``img_size`` x ``img_size``. ``shift_bound`` soft-bounds every coupling's
+    shifts (:class:`AffineCoupling`); ``logit_tails`` is the data-side logit's
+    (:class:`FlagLogit`).
     """
 
     def make(c_in: int, c_out: int) -> nn.Module:
@@ -297,13 +303,16 @@ def cpu_network(
         width = 4 * in_channels if squeezed else in_channels
         tail = [CouplingBlock(width, make_dense, clamp, clamp_mode, flag_norm)
                 for _ in range(dense_blocks)]  # fmt: skip
-    return InvertibleNetwork(in_channels, num_blocks, make, clamp=clamp, clamp_mode=clamp_mode,
-                             flag_norm=flag_norm, levels=levels, logit=logit,
-                             tail=tail)  # fmt: skip
+    net = InvertibleNetwork(in_channels, num_blocks, make, clamp=clamp, clamp_mode=clamp_mode,
+                            flag_norm=flag_norm, levels=levels, logit=logit,
+                            tail=tail, logit_tails=logit_tails)  # fmt: skip
+    if shift_bound < 0:
+        raise LinearizerError(f"shift_bound must be >= 0 (0: unbounded), got {shift_bound}")
+    for coupling in net.modules():
+        if isinstance(coupling, AffineCoupling):
+            coupling.shift_bound = float(shift_bound)
+    return net
 
 
-# ---------------------------------------------------------------------------------------------
-# paper_network(...): NOT HERE. The paper's configuration (invertible U-Net conditioners,
-# clamp_mode="hard", clamp=5) is built in linearizer/invertible/unet.py from CouplingBlock /
-# InvertibleNetwork above, by the engineer who owns the U-Net conditioner.
-# ---------------------------------------------------------------------------------------------
+# The paper's configuration (invertible U-Net conditioners, clamp_mode="hard", clamp=5) is
+# built in linearizer/invertible/unet.py from CouplingBlock / InvertibleNetwork above.

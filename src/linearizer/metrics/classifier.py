@@ -67,7 +67,7 @@ class LeNet(nn.Module):
         return self.config.hidden[1]
 
     def features(self, x: Tensor) -> Tensor:
-        x = prepare_images(x)
+        x = lenet_view(x)
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
         x = F.relu(self.fc1(x.flatten(1)))
@@ -77,30 +77,21 @@ class LeNet(nn.Module):
         return self.head(self.features(x))
 
 
-def prepare_images(x: Tensor) -> Tensor:
-    """Check ``[N, 1, H, W]`` and bring 28x28 to 32x32 like the data loader (other sizes: error)."""
-    if not isinstance(x, Tensor) or x.dim() != 4 or x.shape[1] != 1:
-        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise LinearizerError(f"the MNIST classifier expects images [N, 1, 32, 32], got {shape}")
-    if x.shape[-2:] == (28, 28):
-        x = F.interpolate(x, size=(32, 32), mode="bilinear", antialias=True, align_corners=False)
-    elif x.shape[-2:] != (32, 32):
-        raise LinearizerError(f"the MNIST classifier expects 32x32 or 28x28, got {tuple(x.shape)}")
-    return x
-
-
 def lenet_view(images: Tensor) -> Tensor:
-    """Images as both classifiers read them, for every FID path: float32, clamped to [0, 1],
-    one channel, resized to 32x32 with antialiasing when they are another size.
+    """Images as both classifiers read them, in training and on every FID path: float32,
+    clamped to [0, 1], one channel, resized to 32x32 with antialiasing when they are another
+    size (28x28 MNIST comes out as the data loader makes it).
 
     >>> x = lenet_view(torch.full((2, 1, 8, 8), 2.0))   # clamped, then resized
     >>> x.shape, float(x.max())
     (torch.Size([2, 1, 32, 32]), 1.0)
     """
+    if not isinstance(images, Tensor):
+        raise LinearizerError(f"the MNIST classifiers need a tensor, got {type(images).__name__}")
     x = images.detach().to(torch.float32).clamp(0, 1)
     if x.dim() != 4 or x.shape[1] != 1:
         raise LinearizerError(
-            f"FID (LeNet) needs one-channel images [N, 1, H, W], got {tuple(x.shape)}"
+            f"the MNIST classifiers need one-channel images [N, 1, H, W], got {tuple(x.shape)}"
         )
     if tuple(x.shape[-2:]) != (32, 32):
         x = F.interpolate(x, size=(32, 32), mode="bilinear", antialias=True, align_corners=False)

@@ -29,7 +29,7 @@ while noise lands far further away than under the LeNet::
     10k uniform noise vs test                    19,700        894
 
 Inputs follow the LeNet's convention (``[N, 1, 32, 32]`` in [0, 1]; 28x28 is resized the same
-way, by :func:`linearizer.metrics.classifier.prepare_images`).
+way, by :func:`linearizer.metrics.classifier.lenet_view`).
 
 >>> judge = load_judge()                               # the committed weights
 >>> judge_features(torch.zeros(2, 1, 32, 32), judge).shape
@@ -56,9 +56,9 @@ from .classifier import (
     asset_path,
     extract_features,
     fit_classifier,
+    lenet_view,
     load_classifier,
     load_state,
-    prepare_images,
     read_weights,
     write_weights,
 )
@@ -101,7 +101,7 @@ class Judge(nn.Module):
         return self.config.feature_dim
 
     def features(self, x: Tensor) -> Tensor:
-        x = prepare_images(x)
+        x = lenet_view(x)
         for conv in self.convs:
             x = F.gelu(conv(x))
         return F.gelu(self.mix(x)).mean((2, 3))
