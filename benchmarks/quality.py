@@ -17,6 +17,10 @@ The protocol (BENCHMARKS.md §3):
   back by ``probe`` (each alone); the fit's share comes from our reference run's ``run.json``.
   Training then runs at a fixed step count, so the result does not depend on what else the
   machine did while it trained.
+* **where:** with ``--device cuda`` flow matching trains and samples on a GPU at the same fixed
+  step count and the same batches (rows and noise come from the CPU generator); our runs sample
+  on the CPU, and every rating runs on the CPU. ``benchmarks/gpu_ship.sh`` is the GPU run of
+  2026-12-04.
 * **rating:** the same noise on both sides per seed (``x0`` for seed ``s`` is drawn from
   ``torch.Generator().manual_seed(s)``), ``--samples`` images per row against the 10,000 MNIST
   test images: FID (LeNet), FID (judge, the held-out classifier, never used to choose anything),
@@ -88,6 +92,7 @@ def cfm_pair(x0: Tensor, x1: Tensor, gen: torch.Generator) -> tuple[Tensor, Tens
         return t, xt, ut, "torchcfm.ConditionalFlowMatcher(sigma=0)"
     except ImportError:
         t = torch.rand(x0.shape[0], generator=gen)
+        t = t.to(x0.device)
         tt = t[:, None, None, None]
         return t, (1 - tt) * x0 + tt * x1, x1 - x0, "own CFM objective (sigma=0)"
 
@@ -103,13 +108,17 @@ def lr_factor(step: int, total: int) -> float:
 class FMTrainer:
     """One flow-matching step at a time: Adam, the schedule, clipping and the EMA."""
 
-    def __init__(self, lr: float, batch: int, seed: int, total: int) -> None:
+    def __init__(self, lr: float, batch: int, seed: int, total: int, device: str = "cpu") -> None:
         from linearizer.flow.config import FlowConfig
         from linearizer.flow.task import load_images
 
         torch.manual_seed(seed)  # torchcfm draws t from the global generator
         self.images = load_images(FlowConfig(), "train")[0] * 2 - 1
         self.net, self.description = make_velocity_net()
+        # the rows and the noise come from the CPU generator on every device, so a GPU run
+        # draws the same batches as a CPU run of the same seed
+        self.device = torch.device(device)
+        self.net.to(self.device)
         self.ema = copy.deepcopy(self.net).requires_grad_(False)
         self.opt = torch.optim.Adam(self.net.parameters(), lr=lr)
         self.lr, self.batch, self.total = lr, batch, total
@@ -119,7 +128,8 @@ class FMTrainer:
     def step(self) -> float:
         idx = torch.randint(len(self.images), (self.batch,), generator=self.gen)
         x1 = self.images[idx]
-        x0 = torch.randn(x1.shape, generator=self.gen)
+        x0 = torch.randn(x1.shape, generator=self.gen).to(self.device)
+        x1 = x1.to(self.device)
         t, xt, ut, self.objective = cfm_pair(x0, x1, self.gen)
         loss = F.mse_loss(self.net(t, xt), ut)
         for group in self.opt.param_groups:
@@ -140,9 +150,10 @@ def fm_folder(out: Path, lr: float, seed: int) -> Path:
     return out / f"fm-lr{lr:g}-s{seed}"
 
 
-def train_fm(out: Path, lr: float, seed: int, steps: int, batch: int, threads: int) -> dict:
+def train_fm(out: Path, lr: float, seed: int, steps: int, batch: int, threads: int,
+             device: str = "cpu") -> dict:  # fmt: skip
     torch.set_num_threads(threads)
-    trainer = FMTrainer(lr, batch, seed, steps)
+    trainer = FMTrainer(lr, batch, seed, steps, device)
     folder = fm_folder(out, lr, seed)
     folder.mkdir(parents=True, exist_ok=True)
     start, losses = time.perf_counter(), []
@@ -152,13 +163,15 @@ def train_fm(out: Path, lr: float, seed: int, steps: int, batch: int, threads: i
             if trainer.step_count % 100 == 0:
                 print(f"step {trainer.step_count} loss {np.mean(losses[-100:]):.4f}", file=log,
                       flush=True)  # fmt: skip
-    save_tensors(folder / "fm.safetensors", {k: v.contiguous() for k, v in
+    save_tensors(folder / "fm.safetensors", {k: v.detach().cpu().contiguous() for k, v in
                                              trainer.ema.state_dict().items()})  # fmt: skip
     info = {
         "model": trainer.description,
         "objective": trainer.objective,
         "parameters": sum(p.numel() for p in trainer.net.parameters()),
         "lr": lr, "seed": seed, "steps": steps, "batch": batch, "threads": threads,
+        "device": torch.cuda.get_device_name(trainer.device) if trainer.device.type == "cuda"
+        else "cpu",
         "schedule": f"warm-up {WARMUP}, linear decay to {MIN_LR_RATIO}x, clip {CLIP}",
         "ema_decay": EMA,
         "seconds": time.perf_counter() - start,
@@ -168,10 +181,10 @@ def train_fm(out: Path, lr: float, seed: int, steps: int, batch: int, threads: i
     return info
 
 
-def load_fm(folder: Path) -> nn.Module:
+def load_fm(folder: Path, device: str = "cpu") -> nn.Module:
     net, _ = make_velocity_net()
     net.load_state_dict(load_tensors(folder / "fm.safetensors"))
-    return net.eval()
+    return net.to(device).eval()
 
 
 # --- equal time --------------------------------------------------------------------------------
@@ -215,7 +228,7 @@ def probe(out: Path, ours_run: Path, threads: int, batch: int) -> dict:
 def fm_euler(net: nn.Module, x0: Tensor, nfe: int) -> Tensor:
     x = x0.clone()
     for i in range(nfe):
-        t = torch.full((x.shape[0],), i / nfe)
+        t = torch.full((x.shape[0],), i / nfe, device=x.device)
         x = x + net(t, x) / nfe
     return x
 
@@ -229,10 +242,11 @@ def fm_adaptive(net: nn.Module, x0: Tensor, tol: float) -> tuple[Tensor, int]:
 
     def rhs(t: float, y: np.ndarray) -> np.ndarray:
         count[0] += 1
-        x = torch.from_numpy(y).float().reshape(shape)
-        return net(torch.full((shape[0],), float(t)), x).double().numpy().ravel()
+        x = torch.from_numpy(y).float().reshape(shape).to(x0.device)
+        v = net(torch.full((shape[0],), float(t), device=x0.device), x)
+        return v.double().cpu().numpy().ravel()
 
-    sol = solve_ivp(rhs, (0.0, 1.0), x0.double().numpy().ravel(), method="RK45",
+    sol = solve_ivp(rhs, (0.0, 1.0), x0.double().cpu().numpy().ravel(), method="RK45",
                     rtol=tol, atol=tol)  # fmt: skip
     return torch.from_numpy(sol.y[:, -1]).float().reshape(shape), count[0]
 
@@ -240,7 +254,7 @@ def fm_adaptive(net: nn.Module, x0: Tensor, tol: float) -> tuple[Tensor, int]:
 def batched(fn: Callable[[Tensor], Tensor], x0: Tensor, batch: int = 500) -> tuple[Tensor, float]:
     parts, start = [], time.perf_counter()
     for chunk in x0.split(batch):
-        parts.append(fn(chunk))
+        parts.append(fn(chunk).cpu())
     return torch.cat(parts), time.perf_counter() - start
 
 
@@ -279,9 +293,9 @@ class Rater:
 
 
 def rate_fm(rater: Rater, folder: Path, seed: int, nfes: tuple[int, ...], tol: float | None,
-            label: str = "flow matching") -> None:  # fmt: skip
-    net = load_fm(folder)
-    x0 = rater.noise(seed)
+            label: str = "flow matching", device: str = "cpu") -> None:  # fmt: skip
+    net = load_fm(folder, device)
+    x0 = rater.noise(seed).to(device)
     for nfe in nfes:
         name = f"Euler, {nfe} step{'s' if nfe > 1 else ''}"
         if not rater.done(label, seed, name):
@@ -291,6 +305,7 @@ def rate_fm(rater: Rater, folder: Path, seed: int, nfes: tuple[int, ...], tol: f
     if tol and not rater.done(label, seed, name):
         start = time.perf_counter()
         x, nfe = fm_adaptive(net, x0, tol)
+        x = x.cpu()
         rater.add(label, seed, name, nfe, (x + 1) / 2, time.perf_counter() - start,
                   run=str(folder))  # fmt: skip
 
@@ -314,14 +329,14 @@ def rate_ours(rater: Rater, run: Path, seed: int) -> None:
                   run=str(run), step=step)  # fmt: skip
 
 
-def select(out: Path, threads: int, n: int) -> dict:
+def select(out: Path, threads: int, n: int, device: str = "cpu") -> dict:
     """The better learning rate of flow matching: FID (LeNet) at 10 Euler steps, seed 0."""
     torch.set_num_threads(threads)
     (out / "select").mkdir(parents=True, exist_ok=True)
     rater = Rater(out / "select", n)
     scores = {}
     for folder in sorted(out.glob("fm-lr*-s0")):
-        rate_fm(rater, folder, 0, (SELECT_NFE,), None, label=folder.name)
+        rate_fm(rater, folder, 0, (SELECT_NFE,), None, label=folder.name, device=device)
         scores[folder.name] = next(r["fid_lenet"] for r in rater.rows if r["model"] ==
                                    folder.name)  # fmt: skip
     best = min(scores, key=scores.__getitem__)
@@ -333,7 +348,8 @@ def select(out: Path, threads: int, n: int) -> dict:
 
 
 def evaluate(out: Path, ours: list[Path], n: int, threads: int, tol: float,
-             nfes: tuple[int, ...], fm_seeds: tuple[int, ...]) -> None:  # fmt: skip
+             nfes: tuple[int, ...], fm_seeds: tuple[int, ...],
+             device: str = "cpu") -> None:  # fmt: skip
     """Rate our runs (seed = position in ``ours``) and the chosen flow-matching runs of
     ``fm_seeds``: Euler at ``nfes``, then RK45 when ``tol`` > 0. Rows already in
     ``evaluation.json`` are kept, so the phases may run in parts."""
@@ -344,7 +360,7 @@ def evaluate(out: Path, ours: list[Path], n: int, threads: int, tol: float,
     if fm_seeds:
         lr = json.loads((out / "select.json").read_text())["best_lr"]
     for seed in fm_seeds:
-        rate_fm(rater, fm_folder(out, lr, seed), seed, nfes, tol or None)
+        rate_fm(rater, fm_folder(out, lr, seed), seed, nfes, tol or None, device=device)
 
 
 def timing(out: Path, ours: Path, threads: int, n: int) -> dict:
@@ -484,6 +500,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="rtol = atol of the adaptive solver (0: no adaptive row)")  # fmt: skip
     p.add_argument("--nfe", default="1,2,4,10,100", help="flow matching's Euler step counts")
     p.add_argument("--fm-seeds", default="0,1", help="flow-matching seeds to rate")
+    p.add_argument("--device", default="cpu",
+                   help="where flow matching trains and samples (cpu, cuda); ours samples on "
+                   "the CPU, and every rating runs on the CPU")  # fmt: skip
     p.add_argument("--docs", default=str(ROOT / "docs" / "benchmarks" / "equal-time"))
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -492,14 +511,15 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(probe(out, Path(args.ours[0]), args.threads, args.batch)))
     elif args.phase == "train-fm":
         steps = args.steps or json.loads((out / "probe.json").read_text())["fm_steps"]
-        print(json.dumps(train_fm(out, args.lr, args.seed, steps, args.batch, args.threads)))
+        print(json.dumps(train_fm(out, args.lr, args.seed, steps, args.batch, args.threads,
+                                  args.device)))  # fmt: skip
     elif args.phase == "select":
-        print(json.dumps(select(out, args.threads, args.samples)))
+        print(json.dumps(select(out, args.threads, args.samples, args.device)))
     elif args.phase == "evaluate":
         nfes = tuple(int(v) for v in args.nfe.split(",") if v)
         seeds = tuple(int(v) for v in args.fm_seeds.split(",") if v)
         evaluate(out, [Path(r) for r in args.ours], args.samples, args.threads, args.tol, nfes,
-                 seeds)  # fmt: skip
+                 seeds, args.device)  # fmt: skip
     elif args.phase == "timing":
         print(json.dumps(timing(out, Path(args.ours[0]), args.threads, args.samples)))
     else:

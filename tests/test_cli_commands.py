@@ -10,6 +10,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import write_png
 from linearizer.cli.main import build_parser, main
@@ -161,3 +162,28 @@ def test_options_made_from_a_config_take_its_defaults_and_checks(command, cls, c
     assert main([command, "RUN", "--out", "o", "--n", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("linearizer: error: ") and "n" in err[0]
+
+
+def test_init_from_starts_from_a_runs_weights_and_refuses_other_shapes(
+    tmp_path, smoke_flow_run, capsys
+):
+    """``init_from`` loads a run's EMA weights into a network whose options differ (a shift
+    bound here) but whose shapes match: with lr = 0 the new run keeps them exactly. A network of
+    other shapes is one error line, and nothing is trained."""
+    from linearizer.training.runs import load_run
+
+    def train(out, *sets: str) -> int:
+        args = [a for kv in (f"init_from={smoke_flow_run}", "lr=0", "ema_decay=0", "max_steps=1",
+                             *sets) for a in ("--set", kv)]  # fmt: skip
+        return main(["train", "flow", "--preset", "smoke", *args, "--out", str(out)])
+
+    assert train(tmp_path / "warm", "network.shift_bound=16") == 0
+    source = load_run(smoke_flow_run).model.state_dict()
+    warm = load_run(tmp_path / "warm").model.state_dict()
+    assert source.keys() == warm.keys()
+    for key, value in source.items():
+        assert torch.equal(value, warm[key]), key
+    capsys.readouterr()
+    assert train(tmp_path / "wide", "network.hidden=4") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "init_from=" in err[0] and "do not fit" in err[0], err

@@ -164,6 +164,12 @@ class TrainConfig(Config):
     init_pass: bool = option(
         True, "run the loss once without gradients on the first global batch (data-dependent init)"
     )
+    init_from: str = option(
+        "",
+        "start from the weights of this run folder or pretrained:NAME (its EMA weights if it "
+        "has them; the network's shapes must match, its options may differ); the optimizer, "
+        "schedule and step count start afresh and the init pass is skipped",
+    )
     ckpt_every: int = option(1000, "checkpoint every N steps (0 = only at the end)")
     keep_last: int = option(3, "checkpoints kept in RUN/checkpoints (older ones are deleted)")
     log_every: int = option(10, "write metrics every N steps")

@@ -365,6 +365,23 @@ class Trainer:
         with torch.no_grad():
             self.task.loss(model, _to_device(self.task.batch(data), env.device), noise)
 
+    def _init_source(self) -> dict[str, Tensor]:
+        """The weights of ``init_from``: a run of the same kind, or a shipped model."""
+        from .runs import load_run  # runs resolves "pretrained:NAME" through registered sources
+
+        return load_run(self.cfg.init_from, expect=self.kind).model.state_dict()
+
+    def _warm_start(self, model: nn.Module, source: dict[str, Tensor]) -> None:
+        """Start from ``source``; its data-dependent layers are initialised, so no init pass."""
+        try:
+            model.load_state_dict(source)
+        except RuntimeError as e:  # torch lists every mismatch; the first one names the cause
+            why = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e))
+            raise LinearizerError(
+                f"init_from={self.cfg.init_from}: its weights do not fit this run's network "
+                f"({why})"
+            ) from None
+
     def _restore(self, model, optimizer, ema, env: D.DistEnv) -> int:
         """Load the newest usable checkpoint on every rank; returns its step (0 if none)."""
         step = -1
@@ -394,6 +411,8 @@ class Trainer:
         try:
             D.shard(cfg.batch_size, env.rank, env.world)  # fail early on an uneven split
             self.precision = resolve_precision(cfg.conditioner_precision, env.device)
+            # read before the folder is written: a wrong init_from leaves nothing behind
+            source = self._init_source() if cfg.init_from and not self.resume else None
             self._prepare_folder(env)
             D.barrier(env)
             model, optimizer = self._build(env)
@@ -401,7 +420,9 @@ class Trainer:
             start = self._restore(model, optimizer, ema, env) if self.resume else -1
             if start < 0:
                 start = 0
-                if cfg.init_pass:
+                if source is not None:
+                    self._warm_start(model, source)
+                elif cfg.init_pass:
                     self._init_pass(model, env)
                 if ema is not None:  # start the average from the data-initialised weights
                     ema = EMA(model, cfg.ema_decay, cfg.ema_warmup)
