@@ -415,14 +415,17 @@ def with_timing(result: dict, out: Path) -> dict:
     """``result`` with every row's time per image from ``timing.json`` (measured alone)."""
     if not (out / "timing.json").is_file():
         return result
-    times = json.loads((out / "timing.json").read_text())["ms_per_image"]
+    timing = json.loads((out / "timing.json").read_text())
+    times = timing["ms_per_image"]
     rows = []
     for row in result["rows"]:
         key = f"{row['model']}|{row['sampler']}"
         ms = times.get(key, row["nfe"] * times["per evaluation"] if row["model"] ==
                        "flow matching" else row["ms_per_image"])  # fmt: skip
         rows.append({**row, "ms_per_image": ms})
-    return {**result, "rows": rows, "timing": "alone, from timing.json"}
+    # the times' thread count, not the rating's
+    return {**result, "rows": rows, "timing": "alone, from timing.json",
+            "threads": timing["threads"]}  # fmt: skip
 
 
 def table(result: dict) -> str:
