@@ -420,8 +420,8 @@ class Trainer:
             start = self._restore(model, optimizer, ema, env) if self.resume else -1
             if start < 0:
                 start = 0
-                if source is not None:
-                    self._warm_start(model, source)
+                if cfg.init_from:  # a resumed run without a checkpoint reads its source now
+                    self._warm_start(model, source or self._init_source())
                 elif cfg.init_pass:
                     self._init_pass(model, env)
                 if ema is not None:  # start the average from the data-initialised weights
