@@ -425,7 +425,7 @@ def with_timing(result: dict, out: Path) -> dict:
         rows.append({**row, "ms_per_image": ms})
     # the times' thread count, not the rating's
     return {**result, "rows": rows, "timing": "alone, from timing.json",
-            "threads": timing["threads"]}  # fmt: skip
+            "threads": timing.get("threads", result["threads"])}  # fmt: skip
 
 
 def table(result: dict) -> str:

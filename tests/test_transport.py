@@ -37,15 +37,15 @@ from tolerance import assert_near
 F64 = torch.float64
 
 
-# pretrained:mnist's transport as the code before its blocks took the invertible protocol and
-# Mixing InvConv1x1's LU code computed it (commit 1e89466): F on three Gaussian rows (their
-# first three coordinates), log |det dF^-1/du| there, and the means of eight samples with it.
-SHIPPED_FLOW = [-1.9968917113669484, -0.6889658242655516, 0.7927813705648556,
-                1.6414370276888386, 1.1565891133101647, 0.4455558556577963,
-                0.9654357006102592, 0.6139712136819864, 0.5269745839055644]  # fmt: skip
-SHIPPED_LOGDET = [-1.5211737049504936, -4.088281802048819, 13.395432187483408]
-SHIPPED_SAMPLE_MEANS = [0.117708, 0.114903, 0.1065158, 0.1658262,
-                        0.1048809, 0.1619263, 0.0968301, 0.1584495]  # fmt: skip
+# pretrained:mnist's transport (the asset of 2026-12-04) as this code computes it: F on three
+# Gaussian rows (their first three coordinates), log |det dF^-1/du| there, and the means of eight
+# samples with it. (Entries saved under older names: the Mixing test below.)
+SHIPPED_FLOW = [-1.1288657879861081, -1.0110923143717883, 0.015677428507455904,
+                1.6971051940010546, 1.4300883393987762, 0.5984546074804906,
+                1.2256091926989803, 0.720001675657457, 0.29542481258231135]  # fmt: skip
+SHIPPED_LOGDET = [-0.3369181212639214, 12.360045862247022, -0.72682743838917]
+SHIPPED_SAMPLE_MEANS = [0.0685425, 0.174764, 0.1580409, 0.10475,
+                        0.0995285, 0.1875128, 0.1601605, 0.0987293]  # fmt: skip
 
 
 def _random_flow(dim: int, seed: int = 0) -> VectorFlow:
@@ -255,7 +255,7 @@ def test_a_mixing_saved_under_its_old_entry_names_loads_to_the_same_map():
 def test_the_shipped_transport_loads_and_gives_what_it_gave(monkeypatch, tmp_path):
     monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path))
     stored = load_tensors(pretrained.asset_paths("mnist")[0])
-    assert "calibration.transport.flow.mixes.0.log_scale" in stored  # the old names
+    assert "calibration.transport.flow.mixes.0.log_s" in stored
     model = pretrained.from_pretrained("mnist")
     flow = model.calibration.transport.flow
     u = torch.randn(3, 64, generator=torch.Generator().manual_seed(1), dtype=F64)
