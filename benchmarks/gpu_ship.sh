@@ -17,14 +17,16 @@
 # without MPS gave each of ours 8 to 11 steps/s, so the 7.5-minute caps stopped the equal-time
 # runs at 2,270 and 2,286 of 4,000 steps and the shipped models' budgets at 2,687 and 4,950
 # steps (18,709 and 12,500 shipped). None of those was used: our equal-time runs were trained
-# on the 2-core machine, and the shipped models were not replaced.
+# on the 2-core machine, and pretrained:mnist was re-shipped from a fine-tune on that machine
+# (docs/flow/roundtrip.md §9).
 #
 # Needs: python3 with torch and the package's dependencies, MNIST as the library's mnist.npz in
 # $LINEARIZER_DATA (default .gpu-data/), runs/eqt/probe.json from
 #   python benchmarks/quality.py probe --ours docs/flow/reference_2026-12-04 --out runs/eqt
-# and torchcfm (pip install --no-deps torchcfm==1.0.7; it imports POT, which sigma = 0 flow matching
-# never calls, so an empty `ot` module stood in for it on the GPU machine). Results: $OUT/results.tar.gz, the two
-# exported assets and the chosen flow-matching weights (for timing on the CPU machine).
+# and torchcfm (pip install --no-deps torchcfm==1.0.7; it imports POT, which sigma = 0 flow
+# matching never calls, so an empty `ot` module stood in for it on the GPU machine).
+# Results: $OUT/results.tar.gz, the two exported assets and the chosen flow-matching weights
+# (for timing on the CPU machine).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu-ship-out}"
