@@ -47,9 +47,8 @@ _NONE = {"none", "null", "~"}
 def option(default: Any, help: str, **metadata: Any) -> Any:
     """A documented dataclass field; mutable defaults (lists, dicts) are copied per instance."""
     meta = {"help": help, **metadata}
-    if isinstance(default, (list, dict, set)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
-    if dataclasses.is_dataclass(default) and not isinstance(default, type):
+    mutable = isinstance(default, (list, dict, set)) or dataclasses.is_dataclass(default)
+    if mutable and not isinstance(default, type):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return field(default=default, metadata=meta)
 
@@ -88,17 +87,14 @@ class Config:
             raise LinearizerError(f"config {_prefix or cls.__name__} must be a mapping")
         hints = _hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}
-        names = list(fields)
         data = {k: v for k, v in _nest_renamed(cls, data).items() if k not in cls.RETIRED}
         for key in data:
-            if key not in names:
+            if key not in fields:
                 raise LinearizerError(
-                    _unknown_key(_prefix + str(key), [_prefix + n for n in names])
+                    _unknown_key(_prefix + str(key), [_prefix + n for n in fields])
                 )
         values = {}
-        for name in names:
-            if name not in data:
-                continue
+        for name in (n for n in fields if n in data):
             value = data[name]
             if _is_section(hints[name]) and isinstance(value, dict):
                 # A partial section keeps this class's defaults for the keys it leaves out.
@@ -188,9 +184,6 @@ def _unknown_key(key: str, valid: list[str]) -> str:
     close = difflib.get_close_matches(key, valid, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"unknown config key '{key}'{hint}; valid keys: {', '.join(valid)}"
-
-
-# ----------------------------------------------------------------------------- type coercion
 
 
 def _is_optional(tp: Any) -> tuple[bool, Any]:
@@ -318,9 +311,6 @@ def _coerce_sequence(value: Any, tp: Any, origin: type, name: str) -> Any:
     return tuple(out) if origin is tuple else out
 
 
-# ----------------------------------------------------------------------------- overrides
-
-
 def apply_overrides(cfg: C, overrides: list[str] | tuple[str, ...] | None) -> C:
     """Return a copy of ``cfg`` with ``["key=value", "nested.key=value", ...]`` applied.
 
@@ -354,15 +344,12 @@ def _set_path(cfg: Config, key: str, raw: str) -> None:
             target = child
         else:
             tp = _hints(type(target))[part]
-            if isinstance(tp, type) and issubclass(tp, Config):
+            if _is_section(tp):
                 raise LinearizerError(f"config key '{key}' is a section; set '{key}.<name>=...'")
             object.__setattr__(target, part, coerce(raw, tp, key))
     # Nested sections validate themselves here; the root is validated by the caller.
     if target is not cfg:
         target.validate()
-
-
-# ----------------------------------------------------------------------------- documentation
 
 
 def describe(cfg_or_cls: Config | type[Config]) -> list[tuple[str, str, Any, str]]:
@@ -373,15 +360,8 @@ def describe(cfg_or_cls: Config | type[Config]) -> list[tuple[str, str, Any, str
     rows = []
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
-        if inst is not None:
-            value = getattr(inst, f.name)
-        elif f.default is not MISSING:
-            value = f.default
-        elif f.default_factory is not MISSING:
-            value = f.default_factory()
-        else:
-            value = MISSING
-        if isinstance(tp, type) and issubclass(tp, Config):
+        value = getattr(inst, f.name) if inst is not None else _default(f)
+        if _is_section(tp):
             sub = value if isinstance(value, Config) else tp
             rows += [(f"{f.name}.{n}", t, v, h) for n, t, v, h in describe(sub)]
         else:

@@ -24,7 +24,9 @@ x.npy holds pickled Python objects (dtype object), which are never loaded
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import struct
 import tempfile
@@ -52,11 +54,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> Path:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except OSError as e:
-        _remove_quietly(tmp)
-        raise LinearizerError(f"cannot write {path}: {e.strerror or e}") from None
-    except BaseException:
-        _remove_quietly(tmp)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise LinearizerError(f"cannot write {path}: {e.strerror or e}") from None
         raise
     return path
 
@@ -65,13 +67,6 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def _remove_quietly(tmp: str) -> None:
-    try:
-        os.unlink(tmp)
-    except OSError:
-        pass
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -178,10 +173,7 @@ def _npy_header(fh, path: Path, limit: int, available: int) -> tuple:
         )
     if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
         raise LinearizerError(f"{path} holds {dtype} values, not numbers")
-    count = 1
-    for n in shape:
-        count *= n
-    nbytes = count * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > limit:
         raise LinearizerError(f"{path} claims an array of {nbytes} bytes (over {limit})")
     held = available - (fh.tell() - start) - 8

@@ -154,14 +154,12 @@ def _rebuild_tensor_v2(storage: Any, offset: Any, size: Any, stride: Any, *rest:
     ref = object.__new__(_TensorRef)
     object.__setattr__(ref, "_pickle_state", None)
     object.__setattr__(ref, "geometry", (storage, offset, size, stride))
-    object.__setattr__(ref, "is_parameter", False)
     return ref
 
 
 def _rebuild_parameter(data: Any, requires_grad: Any = False, hooks: Any = None, *rest: Any):
     if not isinstance(data, _TensorRef):
         raise LinearizerError("malformed checkpoint: parameter without tensor data")
-    object.__setattr__(data, "is_parameter", True)
     return data
 
 
@@ -404,8 +402,7 @@ def _materialise(obj: Any, read_storage, memo: dict[int, Any]) -> Any:
     if isinstance(obj, dict):
         out = {}
         memo[oid] = out
-        for k, v in obj.items():
-            out[k] = _materialise(v, read_storage, memo)
+        out.update((k, _materialise(v, read_storage, memo)) for k, v in obj.items())
         return out
     if isinstance(obj, list):
         out = []

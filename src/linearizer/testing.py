@@ -4,17 +4,15 @@ every invertible block and every linear operator of the package passes.
 :class:`InvertibleTests` checks one bijection (round trips, the log-determinant against
 autograd's Jacobian where the block gives one, gradients); :class:`LinearOperatorTests` one
 operator (``matrix()`` against its action on a basis, ``transpose_apply`` as the adjoint, its
-factors, gradients). Both work like :class:`LinearizerTests`: subclass, implement ``build()``
-(and ``sample(n)`` for a bijection), and pytest runs the inherited ``test_*`` methods, or call
-``check_all()`` without pytest.
-
-Subclass :class:`LinearizerTests` in a pytest class named ``Test...``, return ``(g_x, A, g_y)``
-from ``build`` and a batch of inputs from ``sample_x``; every ``test_*`` method is inherited: the
-round trips of ``g_x`` and ``g_y``, ``f`` against the dense ``A``, superposition and homogeneity
-in the induced spaces, ``0 -> 0``, the Moore-Penrose identities and ``A+`` against a dense
-reference, the adjoint, the SVD against a dense SVD, eigenpairs and powers (or their refusal when
-``g_x`` is not ``g_y``), composition, projection (or its refusal), the induced space's algebra, and
+factors, gradients); :class:`LinearizerTests` a whole map ``(g_x, A, g_y)``: the round trips of
+``g_x`` and ``g_y``, ``f`` against the dense ``A``, superposition and homogeneity in the induced
+spaces, ``0 -> 0``, the Moore-Penrose identities and ``A+`` against a dense reference, the
+adjoint, the SVD against a dense SVD, eigenpairs and powers (or their refusal when ``g_x`` is
+not ``g_y``), composition, projection (or its refusal), the induced space's algebra, and
 gradients. Properties that do not apply check that they are refused, so nothing is skipped.
+Subclass one in a pytest class named ``Test...``, implement what its docstring asks
+(``build()`` and a sampler), and pytest runs the inherited ``test_*`` methods; ``check_all()``
+runs them without pytest.
 
 >>> import torch
 >>> class Sinh(torch.nn.Module):  # a hand-written bijection on vectors
@@ -114,15 +112,21 @@ class _Properties:
         return names
 
 
-def _check_gradients(inputs: list[Tensor], module: nn.Module) -> None:
-    """After ``backward``: finite, nonzero gradients to every input and every parameter."""
-    for i, x in enumerate(inputs):
-        assert x.grad is not None and bool(torch.isfinite(x.grad).all()), f"no gradient to {i}"
-        assert float(x.grad.abs().sum()) > 0, f"zero gradient to input {i}"
+def _check_gradients(module: nn.Module, a: Callable, x: Tensor, b: Callable, y: Tensor) -> None:
+    """Backpropagate ``|a(x)|^2 + |b(y)|^2``: finite, nonzero gradients must reach ``x``, ``y``
+    and every parameter of ``module``."""
+    x.requires_grad_(True)
+    y.requires_grad_(True)
+    module.zero_grad()
+    (a(x).square().sum() + b(y).square().sum()).backward()
+    for i, v in enumerate((x, y)):
+        assert v.grad is not None and bool(torch.isfinite(v.grad).all()), f"no gradient to {i}"
+        assert float(v.grad.abs().sum()) > 0, f"zero gradient to input {i}"
     for name, p in module.named_parameters():
         if p.requires_grad:
             assert p.grad is not None and bool(torch.isfinite(p.grad).all()), name
             assert float(p.grad.abs().sum()) > 0, f"zero gradient to {name}"
+    module.zero_grad()
 
 
 class InvertibleTests(_Properties):
@@ -192,12 +196,8 @@ class InvertibleTests(_Properties):
 
     def test_gradients_flow(self) -> None:
         g = self.module
-        x = self.sample(self.batch).requires_grad_(True)
-        z = self.sample_z(self.batch).requires_grad_(True)
-        g.zero_grad()
-        (self.forward(x).square().sum() + self.inverse(z).square().sum()).backward()
-        _check_gradients([x, z], g)
-        g.zero_grad()
+        x, z = self.sample(self.batch), self.sample_z(self.batch)
+        _check_gradients(g, self.forward, x, self.inverse, z)
 
 
 class LinearOperatorTests(_Properties):
@@ -267,12 +267,8 @@ class LinearOperatorTests(_Properties):
 
     def test_gradients_flow(self) -> None:
         op = self.op
-        z = self.sample(self.batch).requires_grad_(True)
-        y = self.sample_y(self.batch).requires_grad_(True)
-        op.zero_grad()
-        (op(z, self.t).square().sum() + op.transpose_apply(y, self.t).square().sum()).backward()
-        _check_gradients([z, y], op)
-        op.zero_grad()
+        z, y = self.sample(self.batch), self.sample_y(self.batch)
+        _check_gradients(op, lambda v: op(v, self.t), z, lambda v: op.transpose_apply(v, self.t), y)
 
 
 class LinearizerTests(_Properties):
@@ -289,7 +285,6 @@ class LinearizerTests(_Properties):
     # the map, built once per class by the first test that needs it (see ``f``)
     _built_linearizer: ClassVar[Linearizer]
 
-    # ------------------------------------------------------------ what a user provides
     def build(self) -> tuple[nn.Module, LinearOperator | Tensor, nn.Module | None]:
         raise NotImplementedError("return (g_x, A, g_y) from build(), or override linearizer()")
 
@@ -304,7 +299,6 @@ class LinearizerTests(_Properties):
         g_x, A, g_y = self.build()
         return Linearizer(g_x, A, g_y)
 
-    # ------------------------------------------------------------ shared helpers
     @property
     def f(self) -> Linearizer:
         return self._once("_built_linearizer", self.linearizer)
@@ -323,7 +317,6 @@ class LinearizerTests(_Properties):
         with torch.no_grad():
             return self.f.A.matrix(dtype=_F64).detach()
 
-    # ------------------------------------------------------------ the properties
     def test_round_trip(self) -> None:
         f, x, y = self.f, self.xs(), self.ys()
         self.assert_rel(f.g_x.inverse(f.g_x(x)), x, "g_x^-1(g_x(x)) = x")
@@ -394,8 +387,7 @@ class LinearizerTests(_Properties):
     def test_eig_against_dense(self) -> None:
         f = self.f
         self._learn_shapes()
-        square = f.A.in_features == f.A.out_features
-        if not (f.same_space and square):
+        if not (f.same_space and f.A.in_features == f.A.out_features):
             _refused(f.eig, "eig needs")
             return
         eig = f.eig()
@@ -407,8 +399,7 @@ class LinearizerTests(_Properties):
 
     def test_power(self) -> None:
         f, x = self.f, self.xs()
-        square = f.A.in_features == f.A.out_features
-        if not (f.same_space and square):
+        if not (f.same_space and f.A.in_features == f.A.out_features):
             _refused(lambda: f.power(2), "power needs")
             return
         self.assert_rel(f.power(3)(x), f(f(f(x))), "f^3 = f o f o f")

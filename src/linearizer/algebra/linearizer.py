@@ -25,6 +25,7 @@ tensor([2.0000, 0.5000], dtype=torch.float64)
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -86,12 +87,9 @@ def reported_latent_shape(g: nn.Module) -> tuple[int, ...] | None:
     """
     for m in (g, getattr(g, "net", None)):
         shape = getattr(m, "latent_shape", None)
-        if callable(shape) or shape is None:
-            continue
-        try:
-            return tuple(int(s) for s in shape)
-        except (TypeError, ValueError):
-            continue
+        if shape is not None and not callable(shape):
+            with contextlib.suppress(TypeError, ValueError):
+                return tuple(int(s) for s in shape)
     return None
 
 
@@ -104,9 +102,8 @@ class Linearizer(nn.Module):
     ``A``: a :class:`LinearOperator` or a ``[D_out, D_in]`` tensor (wrapped in ``Dense``; trainable
     only if it is an ``nn.Parameter``).
     ``x_latent_shape``/``y_latent_shape``: per-sample latent shapes, needed only when they cannot
-    be inferred: they are learned from every encode, taken from a network that reports its
-    ``latent_shape``, and for a square ``A`` one side's shape serves the other (see
-    :meth:`latent_shape`). So ``Linearizer(g_x, A, g_y)(x)`` works on the first call.
+    be inferred (see :meth:`latent_shape`), so ``Linearizer(g_x, A, g_y)(x)`` works on the first
+    call.
     ``check_finite``: reject inputs holding NaN/inf (costs one device sync per call).
     """
 
@@ -147,7 +144,6 @@ class Linearizer(nn.Module):
                 )
         self._cache: dict[str, tuple] = {}
 
-    # ----------------------------------------------------------------- spaces and shapes
     @property
     def space_x(self) -> InducedSpace:
         return InducedSpace(self.g_x)
@@ -171,10 +167,13 @@ class Linearizer(nn.Module):
         if self.check_finite and not bool(torch.isfinite(x).all()):
             raise LinearizerError(f"{what} contains NaN or infinite values")
 
+    def _side(self, side: str) -> tuple[Any, int]:
+        """``(g, D)``: ``g_x`` and ``D_in`` for ``side='x'``, ``g_y`` and ``D_out`` for ``'y'``."""
+        return (self.g_x, self.A.in_features) if side == "x" else (self.g_y, self.A.out_features)
+
     def _encode(self, x: Tensor, side: str) -> Tensor:
         """``g(x)`` flattened to ``[B, D]``, checking ``D`` against ``A``; records the shape."""
-        g = self.g_x if side == "x" else self.g_y
-        d = self.A.in_features if side == "x" else self.A.out_features
+        g, d = self._side(side)
         self._check_input(x, side)
         try:
             z = g(x)
@@ -189,10 +188,7 @@ class Linearizer(nn.Module):
                 f"g_{side} maps {side} of shape {list(x.shape[1:])} to a latent of shape "
                 f"{list(shape)} ({math.prod(shape)} values), but A {role}={d}"
             )
-        if side == "x":
-            self._x_shape = shape
-        else:
-            self._y_shape = shape
+        setattr(self, f"_{side}_shape", shape)
         return z.reshape(z.shape[0], d)
 
     def latent_shape(self, side: str) -> tuple[int, ...]:
@@ -204,13 +200,11 @@ class Linearizer(nn.Module):
         the other side's latent shape (the same number of values). A later encode of that side
         replaces an inferred shape with the one seen.
         """
-        own, other = (
-            (self._x_shape, self._y_shape) if side == "x" else (self._y_shape, self._x_shape)
-        )
+        own, other = (self._x_shape, self._y_shape)[:: 1 if side == "x" else -1]
         if own is not None:
             return own
-        d = self.A.in_features if side == "x" else self.A.out_features
-        reported = reported_latent_shape(self.g_x if side == "x" else self.g_y)
+        g, d = self._side(side)
+        reported = reported_latent_shape(g)
         if reported is not None and math.prod(reported) == d:
             return reported
         if other is not None and self.A.in_features == self.A.out_features:
@@ -221,10 +215,9 @@ class Linearizer(nn.Module):
         )
 
     def _decode(self, w: Tensor, side: str) -> Tensor:
-        g = self.g_x if side == "x" else self.g_y
         shape = self.latent_shape(side)
         try:
-            return g.inverse(w.reshape(w.shape[0], *shape))
+            return self._side(side)[0].inverse(w.reshape(w.shape[0], *shape))
         except (RuntimeError, IndexError) as e:
             raise LinearizerError(
                 f"g_{side} cannot decode a latent of shape {list(shape)}: {e} "
@@ -235,7 +228,6 @@ class Linearizer(nn.Module):
         if t is not None and not self.A.time_dependent:
             raise LinearizerError("t was given but A is not time-dependent")
 
-    # ----------------------------------------------------------------- maps
     def forward(self, x: Tensor, t: Time = None) -> Tensor:
         """``f(x) = g_y^-1(A(t) g_x(x))``."""
         self._check_time(t)
@@ -274,7 +266,6 @@ class Linearizer(nn.Module):
                 raise LinearizerError("project needs an idempotent A (A @ A == A)")
         return self.forward(x, t)
 
-    # ----------------------------------------------------------------- cached float64 algebra
     def _weights_key(self, t: Time) -> tuple:
         if isinstance(t, Tensor) and t.numel() != 1:
             raise LinearizerError(
@@ -399,7 +390,6 @@ class Linearizer(nn.Module):
             v_x = self._decode(vr.T.to(self._net_dtype()), "x") if vr.shape[1] else vr.T
         return InducedEig(L=lam, V_lat=vec, real=real, L_real=lam[real].real, V_x=v_x)
 
-    # ----------------------------------------------------------------- building new maps
     def _require_same_space(self, what: str) -> None:
         if not self.same_space:
             raise LinearizerError(

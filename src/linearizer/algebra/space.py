@@ -22,6 +22,8 @@ tensor([8.])
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,13 +100,8 @@ class InducedSpace:
                 f"lincomb needs as many coefficients as vectors (at least one), "
                 f"got {len(coeffs)} and {len(vectors)}"
             )
-        total = None
-        for c, v in zip(coeffs, vectors):
-            z = self.encode(v)
-            term = broadcast_coeff(c, z) * z
-            total = term if total is None else total + term
-        assert total is not None  # at least one vector, checked above
-        return self.decode(total)
+        terms = [broadcast_coeff(c, z) * z for c, z in zip(coeffs, map(self.encode, vectors))]
+        return self.decode(functools.reduce(operator.add, terms))
 
     def inner(self, u: Tensor, v: Tensor) -> Tensor:
         """``<g(u), g(v)>`` per sample: ``[B]``."""

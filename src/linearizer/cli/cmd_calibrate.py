@@ -15,7 +15,7 @@ from .flowargs import add_spec_options, spec_from_args
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..flow.calibration import FitOptions, fit_calibration, save_calibration
+    from ..flow.calibration import fit_calibration, save_calibration
     from ..pretrained import PRETRAINED
     from ..training.runs import load_run
 
@@ -28,10 +28,9 @@ def run(args: argparse.Namespace) -> int:
         raise LinearizerError(f"--n must be >= 2, got {args.n}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    sections = {}
-    for use_ema in (False, True):
-        loaded = load_run(args.run, use_ema=use_ema, expect="flow")
-        sections[loaded.weights] = loaded
+    loads = [load_run(args.run, use_ema=use_ema, expect="flow") for use_ema in (False, True)]
+    sections = {r.weights: r for r in loads}  # one entry when the checkpoint has no EMA
+    loaded = loads[-1]
     cfg, step = loaded.config, loaded.step
     spec = spec_from_args(args, cfg.sampler)
     transport = cfg.transport_steps if args.transport_steps is None else args.transport_steps
@@ -77,7 +76,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "shape, not only its covariance (--maps transport draws "
         "g_data^-1(tau(K B g_noise(x0)))). Training with "
         "calibration_samples > 0 (the cpu preset) does this at the end.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     p.add_argument("run", help="a flow run folder")
     p.add_argument("--n", type=int, default=FitOptions.n, help="noise draws and training images")

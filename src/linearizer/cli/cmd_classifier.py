@@ -35,7 +35,8 @@ def run_train(args: argparse.Namespace) -> int:
         raise LinearizerError(f"--epochs must be >= 1, got {epochs}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    name = "LeNet" if args.model == "lenet" else "the judge"
+    lenet = args.model == "lenet"
+    name = "LeNet" if lenet else "the judge"
     plan = (
         f"train {name} on MNIST (seed {seed}, {epochs} epochs, "
         f"{torch.get_num_threads()} threads) -> {out} + {out.with_suffix('.json')}"
@@ -46,10 +47,7 @@ def run_train(args: argparse.Namespace) -> int:
     print(plan)
     train = load_mnist("train", args.root)
     test = load_mnist("test", args.root)
-    if args.model == "lenet":
-        fit, save = train_classifier, save_classifier
-    else:
-        fit, save = train_judge, save_judge
+    fit, save = (train_classifier, save_classifier) if lenet else (train_judge, save_judge)
     result = fit(train, test, seed=seed, epochs=epochs)
     data = {f.name: f.raw_sha256 for f in MNIST.files.values()}
     command = "linearizer " + shlex.join(sys.argv[1:]) if sys.argv[1:] else f"train {args.model}"
@@ -80,11 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("classifier", help="train or evaluate the MNIST classifier used by metrics")
     csub = p.add_subparsers(dest="classifier_command", metavar="ACTION", required=True)
 
-    t = csub.add_parser(
-        "train",
-        help="train a classifier on MNIST and print its test accuracy",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    t = csub.add_parser("train", help="train a classifier on MNIST and print its test accuracy")
     t.add_argument("--model", choices=["lenet", "judge"], default="lenet", help=MODEL_HELP)
     # defaults that depend on --model are left out of the namespace (SUPPRESS) and filled in by
     # run_train; their help states them, as the formatter would print "(default: None)"
@@ -101,11 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     t.set_defaults(func=run_train)
 
-    e = csub.add_parser(
-        "eval",
-        help="print a classifier's MNIST test accuracy",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    e = csub.add_parser("eval", help="print a classifier's MNIST test accuracy")
     e.add_argument("--model", choices=["lenet", "judge"], default="lenet", help=MODEL_HELP)
     e.add_argument("--weights", default=None, help="weights file (default: the committed ones)")
     e.add_argument("--root", default=None, help="folder with the MNIST IDX files (optional)")

@@ -33,7 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:
             "run folder: RUN/config.json, RUN/run.json, RUN/official.json and the weights as "
             "the step-0 checkpoint in RUN/checkpoints/. Every run command then opens RUN."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("path", metavar="PATH", help="the official model.pth")
     p.add_argument("--out", required=True, metavar="RUN", help="run folder to create")

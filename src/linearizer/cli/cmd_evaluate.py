@@ -5,6 +5,7 @@ results.md and one grid per sampler."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 import time
@@ -25,10 +26,9 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     run, spec = load_spec_run(args)
-    model, cfg, step, folder = run.model, run.config, run.step, Path(run.path)
+    model, cfg, step = run.model, run.config, run.step
     rows = default_rows(spec)
-    tau = spec.temperature
-    out = Path(args.out) if args.out else folder / "evaluation"
+    out = Path(args.out) if args.out else Path(run.path) / "evaluation"
     if model.image_shape[0] != 1:
         raise LinearizerError(
             f"{args.run}: FID (LeNet) needs one-channel images, the run makes {model.image_shape}"
@@ -37,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
         return _run_conditional(args, run, spec, opts, out)
     names = ", ".join(name for name, _ in rows)
     if args.dry_run:
-        print(f"would evaluate {args.run} (step {step}, {cfg.data.dataset}): {opts.n} samples each "
-              f"for {names} ({spec.describe()}) at temperature {tau:g} -> {out}")  # fmt: skip
+        print(f"would evaluate {args.run} (step {step}, {cfg.data.dataset}): {opts.n} samples "
+              f"each for {names} ({spec.describe()}) at temperature {spec.temperature:g} "
+              f"-> {out}")  # fmt: skip
         return 0
     from ..flow.task import load_images
 
@@ -48,18 +49,9 @@ def run(args: argparse.Namespace) -> int:
     with _progress(opts.n * len(rows), not args.no_progress) as tick:
         results, samples = evaluate_flow(model, reference, rows, opts,
                                          train_images=train_images, progress=tick)  # fmt: skip
-    results.update({
-        "title": f"Evaluation of {args.run} (step {step}, {'raw' if args.no_ema else 'EMA'} "
-                 f"weights, temperature {tau:g})",
-        "run": str(args.run), "step": step, "ema": not args.no_ema, "dataset": cfg.data.dataset,
-        "spec": spec.to_dict(),
-        "calibration": None if model.calibration is None else {
-            "fitted_for": model.calibration.sampler.to_dict(),
-            "maps": model.calibration.describe()},
-        "seconds": time.perf_counter() - start, "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "command": "linearizer " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-    })  # fmt: skip
+    cal = model.calibration
+    fitted = None if cal is None else {"fitted_for": cal.sampler.to_dict(), "maps": cal.describe()}
+    results.update(_record(args, run, spec, "Evaluation", start, calibration=fitted))
     write_results(results, samples, out)
     for row in results["rows"]:
         print(f"{row['name']:>14}: FID (LeNet) {row['fid_lenet']:8.2f}  FID (judge) "
@@ -72,8 +64,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_conditional(args, run, spec, opts, out: Path) -> int:
     """A class-conditional run: the guidance sweep of the class mixture (flow.conditional)."""
-    import torch
-
     from ..flow.conditional import guidance_sweep, write_sweep
     from ..flow.task import load_images
 
@@ -90,15 +80,7 @@ def _run_conditional(args, run, spec, opts, out: Path) -> int:
     start = time.perf_counter()
     with _progress(opts.n * len(weights), not args.no_progress) as tick:
         results, grids = guidance_sweep(run.model, reference, spec, weights, opts, tick)
-    results.update({
-        "title": f"Class-conditional evaluation of {args.run} (step {run.step}, "
-                 f"{'raw' if args.no_ema else 'EMA'} weights, temperature {spec.temperature:g})",
-        "run": str(args.run), "step": run.step, "ema": not args.no_ema,
-        "dataset": run.config.data.dataset, "spec": spec.to_dict(),
-        "seconds": time.perf_counter() - start, "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "command": "linearizer " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-    })  # fmt: skip
+    results.update(_record(args, run, spec, "Class-conditional evaluation", start))
     write_sweep(results, grids, out)
     for row in results["rows"]:
         print(f"{row['name']:>8}: FID (LeNet) {row['fid_lenet']:8.2f}  FID (judge) "
@@ -107,6 +89,21 @@ def _run_conditional(args, run, spec, opts, out: Path) -> int:
               f"{row['judge_accuracy_mean']:.3f} min {row['judge_accuracy_min']:.3f}")  # fmt: skip
     print(f"-> {out / 'results.json'}, {out / 'results.md'}, {out / 'guidance.png'}")
     return 0
+
+
+def _record(args, run, spec, title: str, start: float, **extra) -> dict:
+    """What results.json says besides the measurements: the run, the sampler, the command."""
+    import torch
+
+    return {
+        "title": f"{title} of {args.run} (step {run.step}, {'raw' if args.no_ema else 'EMA'} "
+                 f"weights, temperature {spec.temperature:g})",
+        "run": str(args.run), "step": run.step, "ema": not args.no_ema,
+        "dataset": run.config.data.dataset, "spec": spec.to_dict(), **extra,
+        "seconds": time.perf_counter() - start, "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "command": "linearizer " + shlex.join(sys.argv[1:]),
+    }  # fmt: skip
 
 
 def _guidances(text: str) -> list[float]:
@@ -119,25 +116,19 @@ def _guidances(text: str) -> list[float]:
     return values
 
 
-class _progress:
+@contextlib.contextmanager
+def _progress(total: int, enabled: bool):
     """A tqdm bar over the samples drawn (no bar without tqdm or with ``enabled=False``)."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.bar = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=total, unit="img", desc="evaluate", file=sys.stderr)
-            except ImportError:
-                self.bar = None
-
-    def __enter__(self):
-        return self.bar.update if self.bar is not None else None
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        enabled = False
+    bar = tqdm(total=total, unit="img", desc="evaluate", file=sys.stderr) if enabled else None
+    try:
+        yield None if bar is None else bar.update
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -152,7 +143,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "histogram. Reference rows: training images and uniform noise. A class-conditional run "
         "gets the guidance sweep instead: per w, the class mixture's FID and every class's "
         "accuracy on the LeNet and the held-out judge.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     p.add_argument("run", help="flow run folder or pretrained:NAME")
     p.add_argument("--out", default=None, help="output folder (default: RUN/evaluation)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import LinearizerError
 from .flowargs import add_spec_options, spec_from_args
 
 LOCAL = ("127.0.0.1", "localhost", "::1")
@@ -19,8 +20,6 @@ def run(args: argparse.Namespace) -> int:
 
     gradio()  # one line naming the extra when Gradio is missing
     if not 0 <= args.port <= 65535:
-        from ..errors import LinearizerError
-
         raise LinearizerError(f"--port must be in 0..65535, got {args.port}")
     index = open_run(args.index) if args.index else None
     run = open_run(args.run)
@@ -40,9 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "explore",
-        help="interactive page over a run: generate, walk, invert, project, style",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "explore", help="interactive page over a run: generate, walk, invert, project, style"
     )
     p.add_argument("run", help="run folder (flow, projective or style) or pretrained:NAME")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (localhost only)")

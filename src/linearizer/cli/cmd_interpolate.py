@@ -21,8 +21,7 @@ def run(args: argparse.Namespace) -> int:
     if args.n < 2:
         raise LinearizerError("--n must be >= 2")
     model, cfg, step, spec = load_model(args)
-    dtype = spec.torch_dtype
-    xa, xb = test_images(cfg, pair).to(dtype).split(1)
+    xa, xb = test_images(cfg, pair).to(spec.torch_dtype).split(1)
     if args.dry_run:
         print(f"would interpolate test images {pair} with {args.run} into {args.out}")
         return 0
@@ -42,11 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "interpolate",
-        help="interpolate between two real images",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = sub.add_parser("interpolate", help="interpolate between two real images")
     add_sampler_options(p)
     p.add_argument("--pair", default="0,1", help="two indices into the test split")
     p.add_argument("--n", type=int, default=10, help="frames, endpoints included")

@@ -10,21 +10,15 @@ import torch
 
 from ..data import save_grid
 from ..flow.inversion import condition_number, psnr_per_image, round_trip, round_trip_note
-from .flowargs import (
-    add_sampler_options,
-    invertible_spec,
-    load_model,
-    parse_indices,
-    read_images,
-    test_images,
-)
+from .common import read_image_batch
+from .flowargs import add_sampler_options, invertible_spec, load_model, parse_indices, test_images
 
 
 def run(args: argparse.Namespace) -> int:
     model, cfg, step, spec = load_model(args)
     dtype, inv = spec.torch_dtype, invertible_spec(spec)
     if args.images:
-        x1 = read_images(args.images, model.image_shape)
+        x1 = read_image_batch(args.images, model.image_shape, "images file")
     else:
         x1 = test_images(cfg, parse_indices(args.test_index))
     x1 = x1.to(dtype)
@@ -48,11 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "invert",
-        help="invert real images to noise through B^-1",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = sub.add_parser("invert", help="invert real images to noise through B^-1")
     add_sampler_options(p)
     p.add_argument("--images", default=None, help=".npy/.npz/.png images [N, C, H, W] in [0, 1]")
     p.add_argument(

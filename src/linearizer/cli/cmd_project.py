@@ -14,15 +14,9 @@ from pathlib import Path
 import torch
 
 from ..errors import LinearizerError
+from .common import read_image_batch
 
 INPUTS = ("noise", "test", "corrupted", "fashion")
-
-
-def _file_images(path: Path, shape: tuple[int, ...]) -> torch.Tensor:
-    """Images from a ``.npy`` file (no pickles): ``[N, H, W]`` or ``[N, C, H, W]``, numbers."""
-    from .common import read_image_batch
-
-    return read_image_batch(path, shape, "input file")
 
 
 def _inputs(args: argparse.Namespace, cfg) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
@@ -41,9 +35,9 @@ def _inputs(args: argparse.Namespace, cfg) -> tuple[dict[str, torch.Tensor], tor
         if args.input == "test":
             return {"test": test}, None
         return {f"corrupt_{c}": corrupt(test, c, args.seed) for c in CORRUPTIONS}, test
-    path = Path(args.input)
-    size = cfg.network.img_size
-    return {path.stem: _file_images(path, (cfg.data.channels, size, size))[:n]}, None
+    path, size = Path(args.input), cfg.network.img_size
+    shape = (cfg.data.channels, size, size)
+    return {path.stem: read_image_batch(path, shape, "input file")[:n]}, None
 
 
 def _save_svd(model, out: Path) -> None:
@@ -129,9 +123,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    fmt = argparse.ArgumentDefaultsHelpFormatter
-    p = sub.add_parser("project", help="project inputs with a trained projective model",
-                       formatter_class=fmt)  # fmt: skip
+    p = sub.add_parser("project", help="project inputs with a trained projective model")
     p.add_argument("run", help="run folder of `linearizer train projective`")
     choices = " | ".join(INPUTS)
     p.add_argument("--input", default="noise",
@@ -142,8 +134,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="check the arguments and exit")
     p.set_defaults(func=run_project)
 
-    r = sub.add_parser("project-report", formatter_class=fmt,
-                       help="measure ours against IGN: results.json, REPORT.md")  # fmt: skip
+    r = sub.add_parser("project-report", help="measure ours against IGN: results.json, REPORT.md")
     r.add_argument("--ours", default=None, help="run folder of our model")
     r.add_argument("--ign", default=None, help="run folder of the IGN baseline")
     r.add_argument("--out", required=True, help="output folder")

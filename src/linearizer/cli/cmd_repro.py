@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     opts = config_from_args(ReproOptions, args)
-    command = "linearizer " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
+    command = "linearizer " + shlex.join(args.argv or sys.argv[1:])
     run_repro(
         args.target, args.out, opts, no_train=args.no_train, dry_run=args.dry_run,
         device=_device(args.device), command=command,
@@ -40,7 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Measure each claim of the paper on a trained one-step flow model and "
         "write results.json, REPORT.md and figures into --out. RUN_OR_PRESET is a flow run "
         "folder, or a preset name (smoke, cpu, paper) to train into OUT/run first.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )  # fmt: skip
     p.add_argument("target", metavar="RUN_OR_PRESET", help="flow run folder or preset name")
     p.add_argument("--out", required=True, help="output folder")

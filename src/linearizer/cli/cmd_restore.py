@@ -14,40 +14,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..errors import LinearizerError
+from .common import read_image_batch, write_npz
 from .flowargs import add_spec_options, spec_from_args
 
 
 def _load(spec: str, expect: str) -> tuple[Any, Any, int]:
     """``(model, config, step)`` of a run folder or ``pretrained:NAME`` of kind ``expect``."""
-    try:
-        from ..training.runs import load_run
-    except ImportError:  # older layout: the per-application loaders
-        load_run = None
-    if load_run is not None:
-        run = load_run(spec, expect="projective" if expect == "ign" else expect)
-        kind = "projective" if run.kind in ("ours", "projective") else run.kind
-        if kind != expect:
-            raise LinearizerError(f"{spec} is a {run.kind} run, not {expect}")
-        return run.model, run.config, run.step
-    if expect == "flow":
-        from ..flow.task import load_flow_run
+    from ..training.runs import load_run
 
-        return load_flow_run(spec)
-    from ..projective.task import load_projective_run
-
-    model, cfg, step = load_projective_run(spec)
-    kind = "ign" if getattr(cfg, "model", "") == "ign" else "projective"
+    run = load_run(spec, expect="projective" if expect == "ign" else expect)
+    kind = "projective" if run.kind in ("ours", "projective") else run.kind
     if kind != expect:
-        raise LinearizerError(f"{spec} is a {kind} run, not {expect}")
-    return model, cfg, step
-
-
-def _dataset(cfg) -> str:
-    data = getattr(cfg, "data", None)
-    return data.dataset if hasattr(data, "dataset") else cfg.dataset
+        raise LinearizerError(f"{spec} is a {run.kind} run, not {expect}")
+    return run.model, run.config, run.step
 
 
 def _prior(args: argparse.Namespace):
@@ -67,14 +48,6 @@ def _prior(args: argparse.Namespace):
         facts["flow"] = str(args.flow)
         facts["flow_spec"] = prior.flow_spec.to_dict()
     return prior, cfg, facts
-
-
-def _file(path: Path, shape: tuple[int, ...]) -> torch.Tensor:
-    """Images ``[N, *shape]`` from a ``.npy``/``.npz`` (no pickles) or a PNG/JPEG file, checked
-    like every user file (:func:`linearizer.cli.common.read_image_batch`)."""
-    from .common import read_image_batch
-
-    return read_image_batch(path, shape, "input file")
 
 
 def _methods(text: str) -> tuple[str, ...]:
@@ -105,7 +78,7 @@ def run_restore(args: argparse.Namespace) -> int:
             f"methods {', '.join(methods)}; output {out}"
         )
         return 0
-    prior, cfg, facts = _prior(args)
+    prior, cfg, _ = _prior(args)
     shape = tuple(prior.ours.image_shape)
     deg = make_degradation(args.task, shape, args.seed)
     from ..projective.task import load_images
@@ -115,7 +88,7 @@ def run_restore(args: argparse.Namespace) -> int:
     if args.input == "test":
         truth = load_images(cfg, "test")[0][: args.n]
     elif not args.observed:
-        truth = _file(Path(args.input), shape)[: args.n]
+        truth = read_image_batch(args.input, shape, "input file")[: args.n]
     if truth is not None:
         from ..restore.report import observe
 
@@ -126,15 +99,14 @@ def run_restore(args: argparse.Namespace) -> int:
                 "inpaint-random observations need their masks; give clean "
                 "images instead of --observed"
             )
-        y = _file(Path(args.input), deg.obs_shape())[: args.n]
+        y = read_image_batch(args.input, deg.obs_shape(), "input file")[: args.n]
         deg.fit_shape(len(y))
-    return _restore_and_save(args, prior, deg, y, truth, train, methods, facts, cfg, out)
+    return _restore_and_save(args, prior, deg, y, truth, train, methods, out)
 
 
-def _restore_and_save(args, prior, deg, y, truth, train, methods, facts, cfg, out) -> int:
+def _restore_and_save(args, prior, deg, y, truth, train, methods, out) -> int:
     import math
 
-    from ..io import write_bytes
     from ..restore.evaluate import restore
     from ..restore.figures import save_strip_figure
     from ..restore.report import LABELS, prepare_prior, shown_observation
@@ -186,11 +158,7 @@ def _restore_and_save(args, prior, deg, y, truth, train, methods, facts, cfg, ou
             + " ".join(f"{v:.3g}" for v in hist["consistency"])
         )
     save_strip_figure(rows, out / f"strip_{args.task}.png", title=args.task)
-    import io
-
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    write_bytes(out / f"restore_{args.task}.npz", buf.getvalue())
+    write_npz(out / f"restore_{args.task}.npz", arrays)
     print(f"-> {out / f'strip_{args.task}.png'}, {out / f'restore_{args.task}.npz'}")
     return 0
 
@@ -220,7 +188,7 @@ def run_report(args: argparse.Namespace) -> int:
     train = load_images(cfg, "train")[0]
     if len(truth) < args.n:
         raise LinearizerError(f"--n {args.n} exceeds the {len(truth)} test images")
-    classifier = _dataset(cfg) == "mnist" and truth.shape[-1] == 32
+    classifier = cfg.data.dataset == "mnist" and truth.shape[-1] == 32
     restore_report(
         prior,
         truth[: args.n],
@@ -272,11 +240,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ..restore.degradations import TASKS
     from ..restore.evaluate import METHODS
 
-    fmt = argparse.ArgumentDefaultsHelpFormatter
     p = sub.add_parser(
-        "restore",
-        formatter_class=fmt,
-        help="solve an inverse problem with a projective model as the prior",
+        "restore", help="solve an inverse problem with a projective model as the prior"
     )
     _common(p)
     p.add_argument("--task", required=True, help=" | ".join(TASKS))
@@ -301,9 +266,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_restore)
 
     r = sub.add_parser(
-        "restore-report",
-        formatter_class=fmt,
-        help="every restoration method on every task: results.json, REPORT.md",
+        "restore-report", help="every restoration method on every task: results.json, REPORT.md"
     )
     _common(r)
     r.add_argument("--tasks", default="all", help="comma-separated tasks, or all")

@@ -12,8 +12,8 @@ import torch
 
 from ..data import save_grid
 from ..errors import LinearizerError
-from ..io import atomic_write, write_json
-from .common import read_image_batch
+from ..io import write_json
+from .common import read_image_batch, write_npz
 from .flowargs import add_sampler_options, load_model
 
 
@@ -56,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     if labels is not None:
         meta["labels"] = labels.tolist()
     save_grid(x[:64].clamp(0, 1), out / "samples.png", nrow=8, scale=2)
-    atomic_write(out / "samples.npz", lambda tmp: _save_npz(tmp, x.numpy(), meta))
+    arrays = {"samples": x.numpy(), "meta": np.array(json.dumps(meta))}  # the spec as JSON
+    if labels is not None:
+        arrays["labels"] = np.asarray(meta["labels"], dtype=np.int64)
+    write_npz(out / "samples.npz", arrays)
     write_json(out / "samples.json", meta)
     temp = "" if args.noise else f", temperature {spec.temperature:g}"
     print(f"{len(x)} {mode} samples ({spec.describe()}{temp}) in {seconds:.1f} s -> "
@@ -64,20 +67,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _save_npz(tmp: str, samples: np.ndarray, meta: dict) -> None:
-    arrays = {"samples": samples, "meta": np.array(json.dumps(meta))}
-    if "labels" in meta:
-        arrays["labels"] = np.asarray(meta["labels"], dtype=np.int64)
-    with open(tmp, "wb") as fh:  # the spec rides along as a JSON string, never a pickle
-        np.savez(fh, **arrays)
-
-
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "sample",
-        help="generate images from a flow run",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = sub.add_parser("sample", help="generate images from a flow run")
     add_sampler_options(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--one-step", action="store_true", help="one matrix product (default)")

@@ -54,9 +54,7 @@ def _input(args: argparse.Namespace, cfg) -> torch.Tensor:
 
 def _parse_weights(text: str) -> dict[str, float]:
     weights: dict[str, float] = {}
-    for item in (s.strip() for s in text.split(",")):
-        if not item:
-            continue
+    for item in filter(None, (s.strip() for s in text.split(","))):
         name, sep, value = item.partition("=")
         try:
             if not sep or not name.strip():
@@ -101,9 +99,6 @@ def _save(image: torch.Tensor, out: str) -> None:
     print(f"wrote {out}")
 
 
-# ----------------------------------------------------------------------------- commands
-
-
 def cmd_targets(args: argparse.Namespace) -> int:
     from ..style.images import has_skimage
     from ..style.targets import DEFAULT_CONTENT, GatysSettings, make_targets
@@ -117,13 +112,8 @@ def cmd_targets(args: argparse.Namespace) -> int:
         raise LinearizerError(SKIMAGE_MISSING)
     if args.threads:
         torch.set_num_threads(args.threads)
-    settings = GatysSettings(
-        steps=args.steps,
-        lr=args.lr,
-        content_weight=args.content_weight,
-        tv_weight=args.tv_weight,
-        style_size=args.style_size,
-    )
+    fields = ("steps", "lr", "content_weight", "tv_weight", "style_size")
+    settings = GatysSettings(**{f: getattr(args, f) for f in fields})
     if args.dry_run:
         print(f"targets for {contents} x {list(styles)} -> {args.out} ({settings})")
         return 0
@@ -231,13 +221,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise LinearizerError(f"--index-run has styles {index.styles}, the bank {bank.styles}")
         wall["train_index"] = run_seconds(args.index_run)
     for item in args.wall_time:
-        name, sep, value = item.partition("=")
+        name, _, value = item.partition("=")
         try:
-            wall[name] = float(value)
+            wall[name] = float(value)  # no "=": value is "", which float refuses
         except ValueError:
             raise LinearizerError(f"--wall-time expects NAME=SECONDS, got {item!r}") from None
-        if not sep:
-            raise LinearizerError(f"--wall-time expects NAME=SECONDS, got {item!r}")
     out = Path(args.out or Path(args.run) / "eval")
     if args.dry_run:
         print(f"would evaluate {args.run} (index run: {args.index_run}) -> {out}")
@@ -278,10 +266,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------- parser
-
-
-def _common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
+def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a style run folder (linearizer train style --out RUN)")
     p.add_argument(
         "--input",
@@ -295,8 +280,7 @@ def _common(p: argparse.ArgumentParser, out_required: bool = True) -> None:
         default=0,
         help="resize the input to SIZE x SIZE (default: the run's img_size)",
     )
-    if out_required:
-        p.add_argument("--out", required=True, metavar="PNG", help="output image")
+    p.add_argument("--out", required=True, metavar="PNG", help="output image")
     p.add_argument("--dry-run", action="store_true", help="check the inputs, say what would "
                    "be written, and exit")  # fmt: skip
 
@@ -308,7 +292,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cmds = p.add_subparsers(dest="style_command", metavar="ACTION", required=True)
+    # the actions' help shows no defaults: plain parsers, not the commands' CommandParser
+    cmds = p.add_subparsers(
+        dest="style_command", metavar="ACTION", required=True, parser_class=argparse.ArgumentParser
+    )
 
     t = cmds.add_parser("targets", help="make stylised targets offline (Gatys, random features)")
     t.add_argument(

@@ -9,7 +9,6 @@ from .flowargs import add_spec_options, invertible_spec, load_spec_run
 
 
 def run(args: argparse.Namespace) -> int:
-
     from ..repro.runner import check_flow_run
     from ..repro.svd import induced_svd, render_svd
     from ..training.runs import run_folder
@@ -21,12 +20,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"would render the SVD of {args.run} ({spec.describe()}, k={args.k}) into "
               f"{args.out}")  # fmt: skip
         return 0
-    model, step = loaded.model, loaded.step
-    result = induced_svd(model, spec, k=args.k, seed=args.seed)
+    result = induced_svd(loaded.model, spec, k=args.k, seed=args.seed)
     paths = render_svd(result, args.out)
     top = ", ".join(f"{float(s):.4g}" for s in result.sigma[: min(args.k, 8)])
-    print(f"{args.run} (step {step}): B = {spec.describe()} (the run's sampler, last interval "
-          f"skipped), cond {result.cond:.4g}")  # fmt: skip
+    print(f"{args.run} (step {loaded.step}): B = {spec.describe()} (the run's sampler, last "
+          f"interval skipped), cond {result.cond:.4g}")  # fmt: skip
     print(f"top singular values: {top}")
     for path in paths.values():
         print(f"wrote {path}")
@@ -35,9 +33,8 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "svd", help="singular spectrum and singular directions of a flow run's generator",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )  # fmt: skip
+        "svd", help="singular spectrum and singular directions of a flow run's generator"
+    )
     p.add_argument("run", help="flow run folder")
     add_spec_options(p)
     p.add_argument("--k", type=int, default=16, help="singular directions to draw")

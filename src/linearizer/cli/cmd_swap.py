@@ -17,8 +17,8 @@ import torch
 
 from ..data import save_grid
 from ..errors import LinearizerError
-from ..io import atomic_write
-from .flowargs import add_sampler_options, load_model, read_images
+from .common import read_image_batch, write_npz
+from .flowargs import add_sampler_options, load_model
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     targets = _targets(args.to, model.classes)
     spec = spec.replace(label=source).invertible()
     if args.images:
-        x = read_images(args.images, model.image_shape)
+        x = read_image_batch(args.images, model.image_shape, "images file")
     else:
         x = _test_digits(cfg, source, args.n)
     x = x.to(spec.torch_dtype)
@@ -49,12 +49,7 @@ def run(args: argparse.Namespace) -> int:
     save_grid(columns, out / "swap.png", nrow=1 + len(targets), scale=2)
     arrays = {"images": x.float().numpy(), "targets": np.asarray(targets, dtype=np.int64),
               "swapped": torch.stack(swapped, 1).float().numpy()}  # fmt: skip
-
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-
-    atomic_write(out / "swap.npz", write)
+    write_npz(out / "swap.npz", arrays)
     print(f"B_c: {spec.describe()} (last interval skipped so B_c inverts)")
     print(f"swap {source} -> {targets[0]} -> {source}, round-trip PSNR (dB): "
           + ", ".join(f"{p:.1f}" for p in psnr))  # fmt: skip
@@ -103,7 +98,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Invert images of class --from through that class's one-step matrix and "
         "regenerate the same noise as each class in --to (linearizer.flow.model.OneStepFlow."
         "swap). Without --images, the first --n test images of class --from.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_sampler_options(p)
     p.add_argument("--from", dest="source", type=int, required=True,

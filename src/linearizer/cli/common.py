@@ -1,4 +1,4 @@
-"""Shared pieces of the sub-commands: run-folder options, the training driver, dtype parsing."""
+"""Shared pieces of the sub-commands: run-folder options, the training driver, user image files."""
 
 from __future__ import annotations
 
@@ -12,10 +12,8 @@ from typing import Any
 import torch
 
 from ..errors import LinearizerError
-from ..training.config import apply_overrides, config_class, preset_names, render_options, resolve
+from ..training.config import config_class, preset_names, render_options, resolve
 from ..training.trainer import resume_config, train
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def add_train_options(p: argparse.ArgumentParser, kind: str, default_preset: str) -> None:
@@ -65,8 +63,7 @@ def run_training(kind: str, task: Any, args: argparse.Namespace) -> int:
         cfg = resume_config(run, config_class(kind), args.overrides)
     else:
         cfg = resolve(kind, args.preset, args.overrides)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        run = Path(args.out or f"runs/{kind}-{args.preset}-{stamp}")
+        run = Path(args.out or f"runs/{kind}-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
     if args.dry_run:
         print(f"run folder: {run}{' (resume)' if args.resume else ''}")
         print(cfg.to_json())
@@ -87,17 +84,6 @@ def train_modules() -> list[Any]:
     package = importlib.import_module(__package__)
     names = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
     return [importlib.import_module(f"{__package__}.{n}") for n in names if n.startswith("train_")]
-
-
-def parse_dtype(name: str) -> torch.dtype:
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise LinearizerError(f"dtype must be one of {list(DTYPES)}, got {name!r}") from None
-
-
-def overrides_or_preset(kind: str, preset: str, overrides: list[str]):
-    return apply_overrides(resolve(kind, preset), overrides)
 
 
 def read_image_batch(path: str | os.PathLike, shape: tuple[int, ...], what: str) -> torch.Tensor:
@@ -132,3 +118,16 @@ def read_image_batch(path: str | os.PathLike, shape: tuple[int, ...], what: str)
     if not bool(torch.isfinite(x).all()):
         raise LinearizerError(f"{what} {path} contains NaN or infinite values")
     return x
+
+
+def write_npz(path: str | os.PathLike, arrays: dict[str, Any]) -> Path:
+    """``arrays`` as one ``.npz`` file, written atomically; numbers and strings, no pickles."""
+    import numpy as np
+
+    from ..io import atomic_write
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+
+    return atomic_write(path, write)

@@ -105,13 +105,6 @@ def load_model(args: argparse.Namespace):
     return model, run.config, run.step, spec
 
 
-def read_images(path: str, shape: tuple[int, ...]) -> torch.Tensor:
-    """Images ``[N, *shape]`` in [0, 1] from .npy/.npz (array 'images' or the first) or a PNG."""
-    from .common import read_image_batch
-
-    return read_image_batch(path, shape, "images file")
-
-
 def test_images(cfg, indices: list[int]) -> torch.Tensor:
     from ..flow.task import load_images
 

@@ -12,16 +12,24 @@ import importlib
 import pkgutil
 import sys
 import warnings
+from typing import Any
 
 from .. import __version__
 from ..errors import LinearizerError
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A parser whose help shows every option's default. The parsers ``add_subparsers`` makes
+    are of the parent's class, so every command's are too, unless its module says otherwise."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="linearizer",
-        description="Linearizer networks: exact linear algebra for neural maps.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = CommandParser(
+        prog="linearizer", description="Linearizer networks: exact linear algebra for neural maps."
     )
     parser.add_argument("--version", action="version", version=f"linearizer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

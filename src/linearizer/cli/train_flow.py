@@ -14,10 +14,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(kinds: argparse._SubParsersAction) -> None:
-    p = kinds.add_parser(
-        "flow",
-        help="one-step flow matching inside a Linearizer",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = kinds.add_parser("flow", help="one-step flow matching inside a Linearizer")
     add_train_options(p, "flow", "cpu")
     p.set_defaults(func=run)

@@ -21,9 +21,8 @@ def run(args: argparse.Namespace) -> int:
 
 def register(kinds: argparse._SubParsersAction) -> None:
     p = kinds.add_parser(
-        "projective", help="globally projective model f = g^-1 A g (A^2 = A), or IGN",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )  # fmt: skip
+        "projective", help="globally projective model f = g^-1 A g (A^2 = A), or IGN"
+    )
     add_train_options(p, "projective", "cpu")
     p.add_argument("--baseline", choices=["ign"], default=None,
                    help="train the IGN baseline instead (uses the preset PRESET-ign)")  # fmt: skip

@@ -42,7 +42,6 @@ def register(kinds: argparse._SubParsersAction) -> None:
         help="a style bank: one linear operator per style over a shared network",
         description="Learn one operator per style from content image(s) and stylised targets "
         "(make targets offline with `linearizer style targets`).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_train_options(p, "style", "cpu")
     p.add_argument(

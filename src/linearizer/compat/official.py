@@ -144,10 +144,6 @@ def _tensor(state: dict[str, Tensor], key: str) -> Tensor:
     return t
 
 
-def _attr(node: PickledObject, name: str, default: Any = None) -> Any:
-    return node.attrs.get(name, default)
-
-
 def _unet_layout(state: dict[str, Tensor], prefix: str, node: PickledObject | None) -> dict:
     """The U-Net hyper-parameters, read off one conditioner's keys and shapes (and attributes)."""
     segs = {k[len(prefix) :].split(".")[1] for k in state if k.startswith(prefix + "enc.")}
@@ -155,39 +151,34 @@ def _unet_layout(state: dict[str, Tensor], prefix: str, node: PickledObject | No
     if not res_of:
         raise LinearizerError(f"no U-Net encoder found under {prefix!r}")
     top = max(res_of)
-    levels = len(res_of)
-    if sorted(res_of, reverse=True) != [top >> lv for lv in range(levels)]:
+    levels = [top >> lv for lv in range(len(res_of))]  # resolutions, finest first
+    if sorted(res_of, reverse=True) != levels:
         raise LinearizerError(f"unexpected U-Net resolutions {sorted(res_of)}")
     conv = _tensor(state, f"{prefix}enc.{top}x{top}_conv.weight")
     model_channels, in_channels = conv.shape[0], conv.shape[1]
     num_blocks = sum(1 for s in segs if re.fullmatch(rf"{top}x{top}_block\d+", s))
     mult = []
-    for lv in range(levels):
-        r = top >> lv
+    for r in levels:
         width = _tensor(state, f"{prefix}enc.{r}x{r}_block0.conv0.weight").shape[0]
         if width % model_channels:
             raise LinearizerError(f"U-Net width {width} is not a multiple of {model_channels}")
         mult.append(width // model_channels)
-    attn = [
-        top >> lv
-        for lv in range(levels)
-        if f"{prefix}enc.{top >> lv}x{top >> lv}_block0.qkv.weight" in state
-    ]
+    attn = [r for r in levels if f"{prefix}enc.{r}x{r}_block0.qkv.weight" in state]
     map0 = _tensor(state, f"{prefix}map_layer0.weight")
     out = _tensor(state, f"{prefix}dec.{top}x{top}_aux_conv.weight")
     dropout, heads = 0.1, 1
     if node is not None:
         block = node.child(f"enc.{top}x{top}_block0")
-        dropout = float(_attr(block, "dropout", dropout))
-        heads = int(_attr(block, "num_heads", heads) or heads)
-        if _attr(block, "adaptive_scale", False):
+        dropout = float(block.attrs.get("dropout", dropout))
+        heads = int(block.attrs.get("num_heads", heads) or heads)
+        if block.attrs.get("adaptive_scale", False):
             raise LinearizerError("official U-Net with adaptive (scale-shift) time is unsupported")
-        skip_scale = float(_attr(block, "skip_scale", math.sqrt(0.5)))
+        skip_scale = float(block.attrs.get("skip_scale", math.sqrt(0.5)))
         if abs(skip_scale - math.sqrt(0.5)) > 1e-12:
             raise LinearizerError(f"official U-Net skip scale {skip_scale} is unsupported")
         pos = node.modules.get("map_noise")
         if pos is not None and (
-            _attr(pos, "max_positions", 10000) != 10000 or not _attr(pos, "endpoint", True)
+            pos.attrs.get("max_positions", 10000) != 10000 or not pos.attrs.get("endpoint", True)
         ):
             raise LinearizerError("official U-Net time embedding variant is unsupported")
     return {
@@ -212,7 +203,7 @@ def _lora_layout(state: dict[str, Tensor], root: PickledObject, dim: int) -> dic
         raise LinearizerError(f"unexpected official LoRA MLP layout (linear layers at {linears})")
     for idx, mod in lin.modules.items():
         if int(idx) % 2 == 0 and int(idx) > 0:
-            if not mod.type.endswith("GELU") or _attr(mod, "approximate", "none") != "none":
+            if not mod.type.endswith("GELU") or mod.attrs.get("approximate", "none") != "none":
                 raise LinearizerError(f"official LoRA activation {mod.type} is unsupported")
     first = _tensor(state, "linear_network.lin1.1.weight")
     last = _tensor(state, f"linear_network.lin1.{linears[-1]}.weight")
@@ -250,15 +241,15 @@ def infer_layout(ckpt: TorchCheckpoint, args: dict[str, Any] | None = None) -> O
     if num_blocks < 1:
         raise LinearizerError("official checkpoint has no invertible blocks")
     for k, block in blocks.items():
-        if not _attr(block.modules["actnorm"], "initialized", True):
+        if not block.modules["actnorm"].attrs.get("initialized", True):
             raise LinearizerError(f"block {k}: ActNorm was never initialised (untrained model)")
     width = int(_tensor(state, "net_gx.g.blocks.0.actnorm.bias").shape[1])
-    squeeze = bool(_attr(inv, "use_squeeze", width % 4 == 0))
+    squeeze = bool(inv.attrs.get("use_squeeze", width % 4 == 0))
     in_channels = width // 4 if squeeze else width
     prefix = "net_gx.g.blocks.0.F.cond.net."
     unet = _unet_layout(state, prefix, root.child("net_gx.g.blocks.0.F.cond.net"))
     img_size = unet["resolution"] * (2 if squeeze else 1)
-    dim = int(_attr(gx, "dim", in_channels * img_size * img_size))
+    dim = int(gx.attrs.get("dim", in_channels * img_size * img_size))
     if dim != in_channels * img_size * img_size:
         raise LinearizerError(f"latent size {dim} does not match images {in_channels}x{img_size}²")
     if args is not None:
@@ -267,7 +258,7 @@ def infer_layout(ckpt: TorchCheckpoint, args: dict[str, Any] | None = None) -> O
                 raise LinearizerError(
                     f"args.json says {key}={args[key]} but the checkpoint holds {value}"
                 )
-    clamp = float(_attr(blocks["0"].modules["F"], "clamp", 5.0))
+    clamp = float(blocks["0"].modules["F"].attrs.get("clamp", 5.0))
     return OfficialLayout(
         in_channels=in_channels,
         img_size=img_size,

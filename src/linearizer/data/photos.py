@@ -23,6 +23,7 @@ from PIL import Image
 from torch import Tensor
 
 from ..errors import LinearizerError
+from .folder import resize_crop_shorter
 from .synthetic import strokes
 
 PHOTOS = (
@@ -79,13 +80,6 @@ def photo_crops(
     array = np.stack([c for c, k in zip(crops, keep) if k]).transpose(0, 3, 1, 2)
     images = torch.from_numpy(np.ascontiguousarray(array)).to(torch.float32).div_(255.0)
     return images, torch.tensor([lb for lb, k in zip(labels, keep) if k], dtype=torch.int64)
-
-
-def resize_crop_shorter(img: Image.Image, shorter: int) -> Image.Image:
-    """Resize so the shorter side is ``shorter`` pixels (aspect kept, no crop)."""
-    w, h = img.size
-    size = (shorter, int(shorter * h / w)) if w <= h else (int(shorter * w / h), shorter)
-    return img if size == (w, h) else img.resize(size, Image.Resampling.BILINEAR)
 
 
 def colour_strokes(n: int, size: int = 32, seed: int = 0) -> tuple[Tensor, Tensor]:

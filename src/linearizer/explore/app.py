@@ -90,8 +90,7 @@ def launch(demo: Any, host: str = "127.0.0.1", port: int | None = None, block: b
 
 
 def _image(gr: Any, label: str, **kw: Any) -> Any:
-    kw.setdefault("height", 240)
-    return gr.Image(label=label, type="numpy", interactive=False, format="png", **kw)
+    return gr.Image(label=label, type="numpy", interactive=False, format="png", height=240, **kw)
 
 
 def _inputs(gr: Any, what: str = "picture") -> tuple[Any, Any]:

@@ -36,6 +36,7 @@ from ..errors import LinearizerError
 from ..flow.inversion import interpolate, psnr_per_image, round_trip, round_trip_note
 from ..flow.model import DATA, NOISE, OneStepFlow
 from ..flow.spec import SamplerSpec, sample_spec
+from ..metrics.image import psnr_from_mse
 from .images import noise_picture, picture, to_model_image
 
 F64 = torch.float64
@@ -50,14 +51,8 @@ NOT_EXACT = ("**(not exact: this picture lies far from the training digits, wher
              "noise side amplify rounding)**")  # fmt: skip
 
 
-def _psnr(a: Tensor, b: Tensor) -> float:
-    mse = float(((a.clamp(0, 1) - b.clamp(0, 1)).double() ** 2).mean())
-    return math.inf if mse == 0 else 10 * math.log10(1 / mse)
-
-
-def _noise(seed: int, count: int, shape: tuple[int, ...], like: Tensor) -> Tensor:
-    gen = torch.Generator().manual_seed(int(seed))
-    return torch.randn(count, *shape, generator=gen).to(like)
+def _db(psnr: float) -> str:
+    return "∞" if math.isinf(psnr) else f"{psnr:.1f}"
 
 
 @dataclass(frozen=True)
@@ -110,28 +105,18 @@ class FlowViews:
         # the B the page describes: the spec's class (class 0 when the spec is the mixture)
         first_class = 0 if self.classes and self.spec.label is None else self.spec.label
         self.first = first = self.basis(first_class, self.spec.guidance)
-        self.b, self.sigma, self.u, self.v = first.b, first.sigma, first.u, first.v
-        self.spread = first.spread
+        self.b, self.sigma = first.b, first.sigma
 
     # -- helpers -----------------------------------------------------------------------------
     def _x0(self, seed: int, count: int) -> Tensor:
-        return self.spec.temperature * _noise(seed, count, self.shape, self.param)
+        gen = torch.Generator().manual_seed(int(seed))
+        return self.spec.temperature * torch.randn(count, *self.shape, generator=gen).to(self.param)
 
     def _encode_noise(self, x0: Tensor) -> Tensor:
         return self.model.encode(x0, NOISE).to(F64)
 
     def _decode_data(self, z1: Tensor) -> Tensor:
         return self.model.decode(z1.to(self.param), DATA)
-
-    def _check(self, steps: int, method: str, count: int = 1) -> tuple[int, str, int]:
-        steps, count = int(steps), int(count)
-        if not 1 <= steps <= MAX_STEPS:
-            raise LinearizerError(f"T must be in 1..{MAX_STEPS}, got {steps}")
-        if method not in METHODS:
-            raise LinearizerError(f"method must be one of {METHODS}, got {method!r}")
-        if not 1 <= count <= MAX_COUNT:
-            raise LinearizerError(f"count must be in 1..{MAX_COUNT}, got {count}")
-        return steps, method, count
 
     def model_input(self, array: np.ndarray) -> Tensor:
         return to_model_image(array, self.shape).to(self.param)
@@ -151,9 +136,7 @@ class FlowViews:
         """A picker's value as a class: None (the spec's), ``"mixture"`` (None: classes drawn
         from the training frequencies; refused when ``mixture`` is False) or ``0..C-1``."""
         if value is None:
-            value = self.spec.label
-            if value is None:
-                value = MIXTURE
+            value = MIXTURE if self.spec.label is None else self.spec.label
         if not self.classes:
             if value == MIXTURE:
                 return None
@@ -231,7 +214,13 @@ class FlowViews:
         """One-step (``x = g_data^-1(B g_noise(x0))``) and multi-step samples of the same noise,
         their PSNR and the time each took. A conditional model samples class ``label`` at
         ``guidance``; the mixture draws each sample's class (from ``seed``)."""
-        steps, method, count = self._check(steps, method, count)
+        steps, count = int(steps), int(count)
+        if not 1 <= steps <= MAX_STEPS:
+            raise LinearizerError(f"T must be in 1..{MAX_STEPS}, got {steps}")
+        if method not in METHODS:
+            raise LinearizerError(f"method must be one of {METHODS}, got {method!r}")
+        if not 1 <= count <= MAX_COUNT:
+            raise LinearizerError(f"count must be in 1..{MAX_COUNT}, got {count}")
         c, w = self.parse_class(label), self.parse_guidance(guidance)
         spec = self.spec.replace(steps=steps, method=method, label=c, guidance=w)
         x0 = self._x0(seed, count)
@@ -247,7 +236,7 @@ class FlowViews:
         t2 = time.perf_counter()
         multi = self.model.sample(x0, spec, one_step=False, labels=labels)
         t3 = time.perf_counter()
-        psnr = _psnr(one, multi)
+        psnr = psnr_from_mse(float(((one.clamp(0, 1) - multi.clamp(0, 1)).double() ** 2).mean()))
         gap = float((one - multi).abs().max())
         collapse = "cached" if cached else f"collapsed in {1e3 * (t1 - t0):.0f} ms, now cached"
         mixture = "" if labels is None else (
@@ -257,7 +246,7 @@ class FlowViews:
             f"**{spec.describe()}**, temperature {spec.temperature:g}, {count} samples, "
             f"seed {seed}.{mixture} One step (B {collapse}): "
             f"{1e3 * (t2 - t1):.1f} ms; multi-step ({steps} steps): {1e3 * (t3 - t2):.1f} ms. "
-            f"One-step vs multi-step: PSNR {'∞' if math.isinf(psnr) else f'{psnr:.1f}'} dB, "
+            f"One-step vs multi-step: PSNR {_db(psnr)} dB, "
             f"max |difference| {gap:.1e} (float64 latents; equal up to rounding)."
         )
         nrow = min(count, 4)
@@ -370,8 +359,7 @@ class FlowViews:
             f"Swap: z0 = B_{source}^-1 g_data(x), then g_data^-1(B_t z0) for t = "
             f"{', '.join(map(str, targets))}: the same noise drawn as each class (B = "
             f"{basis.spec.describe()}). Swapped back to class {source}: PSNR "
-            f"{'∞' if math.isinf(worst) else f'{worst:.1f}'} dB "
-            + ("(exact up to rounding)." if note is None else f"{NOT_EXACT}.")
+            f"{_db(worst)} dB " + ("(exact up to rounding)." if note is None else f"{NOT_EXACT}.")
         )
         return picture(torch.cat([x1, *swapped]), nrow=1 + len(targets)), text
 
@@ -399,12 +387,10 @@ class FlowViews:
         )
         return picture(in_noise, nrow=frames), picture(in_latent, nrow=frames), text
 
+    @torch.no_grad()
     def sample_picture(self, seed: int, label: int | str | None = None) -> np.ndarray:
         """A one-step sample of noise ``seed`` (an input when nothing was drawn or uploaded);
         a conditional model draws class ``label``."""
         b = self._inversion_basis(label).b
-        with torch.no_grad():
-            x0 = self._x0(seed, 1)
-            z1 = self._encode_noise(x0) @ b.T
-            x = self._decode_data(z1).clamp(0, 1)
+        x = self._decode_data(self._encode_noise(self._x0(seed, 1)) @ b.T).clamp(0, 1)
         return np.rint(x[0, 0].double().cpu().numpy() * 255).astype(np.uint8)

@@ -57,14 +57,10 @@ def read_upload(path: str | os.PathLike) -> np.ndarray:
                     f"{MAX_UPLOAD_PIXELS} pixel limit"
                 )
             img.seek(0)  # the first frame of an animation
-            array = np.array(img.convert("RGBA" if _has_alpha(img) else "RGB"))
+            alpha = img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info
+            return np.array(img.convert("RGBA" if alpha else "RGB"))
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
         raise LinearizerError(f"{name}: not an image ({UPLOAD_HINT})") from None
-    return array
-
-
-def _has_alpha(img: Image.Image) -> bool:
-    return img.mode in ("RGBA", "LA", "PA") or "transparency" in img.info
 
 
 def drawing_array(value: object) -> np.ndarray | None:

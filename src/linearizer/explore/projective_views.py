@@ -17,8 +17,6 @@ from ..projective.corrupt import CORRUPTIONS, corrupt
 from .images import noise_picture, picture, to_model_image
 
 NONE = "none"
-
-
 RESTORE_METHODS = ("pinv", "project", "ddnm", "alternating")  # those a projective prior runs
 
 

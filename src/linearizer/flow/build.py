@@ -14,9 +14,8 @@ def build_flow(cfg: FlowModelConfig, channels: int = 1) -> OneStepFlow:
     ``cfg`` is a :class:`FlowModelConfig` or a whole ``FlowConfig``."""
     net = build_network(cfg.network, channels)
     size = cfg.network.img_size
-    dim = channels * size * size
     op = TimeLoRA(
-        dim,
+        channels * size * size,
         cfg.rank,
         emb_dim=cfg.lora_emb,
         hidden=cfg.lora_hidden,

@@ -49,7 +49,7 @@ from ..errors import LinearizerError
 from ..io import load_tensors, read_json, save_tensors, write_json
 from . import factored
 from .spec import SamplerSpec
-from .transport import LatentTransport, TransportOptions, VectorFlow, fit_transport
+from .transport import STATS, LatentTransport, TransportOptions, VectorFlow, fit_transport
 
 F64 = torch.float64
 FILE, META = "calibration.safetensors", "calibration.json"
@@ -235,8 +235,6 @@ def fit_calibration(
     if getattr(model, "classes", 0):
         raise LinearizerError("latent maps are not fitted for class-conditional models: they "
                               "sample the trained map alone (--maps none)")  # fmt: skip
-    if opts.n < 2:
-        raise LinearizerError(f"calibration needs n >= 2 samples, got {opts.n}")
     spec = opts.sampler
     model.check_images(images[:1], "training images")
     param = next(model.parameters())
@@ -332,9 +330,7 @@ def from_tensors(tensors: dict[str, Tensor], prefix: str, fit: FitOptions) -> La
         topts, start = fit.transport(), f"{prefix}{TRANSPORT}"
         state = {k[len(start) :]: v for k, v in tensors.items() if k.startswith(start)}
         flow = VectorFlow(basis.shape[1], topts.blocks, topts.hidden, mixing=topts.mixing)
-        stats = {k: state[k] for k in ("src_mean", "src_whiten", "src_colour", "dst_mean",
-                                       "dst_whiten", "dst_colour")}  # fmt: skip
-        transport = LatentTransport(basis, flow, stats)
+        transport = LatentTransport(basis, flow, {k: state[k] for k in STATS})
         state["basis"] = transport.basis
         try:
             transport.load_state_dict(state)

@@ -28,6 +28,7 @@ from ..errors import LinearizerError
 from ..io import write_json, write_text
 from ..metrics.classifier import lenet_view, load_classifier, predict_logits
 from ..report import markdown_table, new_figure, save_figure
+from . import evaluate
 from .evaluate import EvalOptions, Progress, Reference, draw_samples
 from .model import OneStepFlow
 from .spec import SamplerSpec
@@ -91,9 +92,8 @@ def guidance_sweep(
                      "lenet_accuracy_min": min(lenet_acc),
                      "judge_accuracy_mean": _mean(judge_acc),
                      "judge_accuracy_min": min(judge_acc)})  # fmt: skip
-        with torch.no_grad():
-            grids[name] = model.sample(grid_noise.to(noise.dtype), row_spec,
-                                       labels=grid_labels).float().cpu()  # fmt: skip
+        grids[name] = model.sample(grid_noise.to(noise.dtype), row_spec,
+                                   labels=grid_labels).float().cpu()  # fmt: skip
     results = {"n": opts.n, "classes": model.classes,
                "class_prior": model.class_prior.double().tolist(), "options": asdict(opts),
                "rows": rows}  # fmt: skip
@@ -104,29 +104,24 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-COLUMNS = (
-    ("FID (LeNet)", "fid_lenet", "{:.1f}"),
-    ("FID (judge)", "fid_judge", "{:.1f}"),
-    ("precision", "precision", "{:.3f}"),
-    ("recall", "recall", "{:.3f}"),
-    ("accuracy (LeNet) mean / min", None, None),
-    ("accuracy (judge) mean / min", None, None),
-)
+# the evaluation's columns that a class mixture keeps, then the two accuracies
+COLUMNS = [c for c in evaluate.COLUMNS if c[1] in ("fid_lenet", "fid_judge", "precision", "recall")]
+ACCURACY = {"lenet": "accuracy (LeNet) mean / min", "judge": "accuracy (judge) mean / min"}
 
 
 def results_tables(results: dict) -> str:
     """The sweep table (one row per w) and the per-class accuracy table."""
     sweep = []
     for row in results["rows"]:
-        cells = [fmt.format(row[key]) for _, key, fmt in COLUMNS if key]
-        cells.append(f"{row['lenet_accuracy_mean']:.3f} / {row['lenet_accuracy_min']:.3f}")
-        cells.append(f"{row['judge_accuracy_mean']:.3f} / {row['judge_accuracy_min']:.3f}")
+        cells = [fmt.format(row[key]) for _, key, fmt in COLUMNS]
+        for who in ACCURACY:
+            cells.append(f"{row[who + '_accuracy_mean']:.3f} / {row[who + '_accuracy_min']:.3f}")
         sweep.append([f"{row['name']}: {row['what']}", *cells])
     per_class = [[row["name"], *(f"{a:.3f} / {b:.3f}" for a, b in zip(
         row["lenet_accuracy"], row["judge_accuracy"], strict=True))]
         for row in results["rows"]]  # fmt: skip
     return "\n".join([
-        markdown_table(["sampler", *(c[0] for c in COLUMNS)], sweep), "",
+        markdown_table(["sampler", *(c[0] for c in COLUMNS), *ACCURACY.values()], sweep), "",
         "Per class, the share of samples classified as the class asked for (LeNet / judge):", "",
         markdown_table(["w", *range(results["classes"])], per_class)]) + "\n"  # fmt: skip
 

@@ -134,12 +134,11 @@ def draw_samples(
     out = []
     chunks = noise.split(opts.batch)
     parts = labels.split(opts.batch) if labels is not None else [None] * len(chunks)
-    with torch.no_grad():
-        for part, part_labels in zip(chunks, parts, strict=True):
-            x = model.sample(part.to(param.device, param.dtype), spec, labels=part_labels)
-            out.append(x.float().cpu())
-            if progress:
-                progress(len(part))
+    for part, part_labels in zip(chunks, parts, strict=True):
+        x = model.sample(part.to(param.device, param.dtype), spec, labels=part_labels)
+        out.append(x.float().cpu())
+        if progress:
+            progress(len(part))
     return torch.cat(out)
 
 
@@ -178,22 +177,20 @@ def evaluate_flow(
         measured.append({"name": name, "what": spec.describe(), "spec": spec.to_dict(),
                          "sample_seconds": seconds, **ref.measure(images)})  # fmt: skip
         keep[name] = images[:64]
-    rows = measured
     if opts.references:
         if train_images is not None:
             pick = torch.randperm(len(train_images), generator=gen)[: opts.n]
-            rows.append({"name": "train", "what": f"{len(pick)} random training images",
-                         **ref.measure(train_images[pick])})  # fmt: skip
+            measured.append({"name": "train", "what": f"{len(pick)} random training images",
+                             **ref.measure(train_images[pick])})  # fmt: skip
         uniform = torch.rand(opts.n, 1, 32, 32, generator=gen)
-        rows.append({"name": "uniform", "what": f"{opts.n} uniform-noise images",
-                     **ref.measure(uniform)})  # fmt: skip
-    reference_stats = classifier_stats(ref.images, model=classifier)
+        measured.append({"name": "uniform", "what": f"{opts.n} uniform-noise images",
+                         **ref.measure(uniform)})  # fmt: skip
     results = {
         "n": opts.n,
         "reference_images": len(reference),
-        "reference_confidence": reference_stats["mean_max_prob"],
+        "reference_confidence": classifier_stats(ref.images, model=classifier)["mean_max_prob"],
         "options": asdict(opts),
-        "rows": rows,
+        "rows": measured,
     }
     return results, keep
 
@@ -222,9 +219,8 @@ def write_results(results: dict, samples: dict[str, Tensor], out: str | Path) ->
     """``results.json``, ``results.md`` and one grid ``grid_<sampler>.png`` per sampler."""
     out = Path(out)
     paths = [write_json(out / "results.json", results)]
-    head = results.get("title", "Evaluation")
-    text = f"# {head}\n\n{results_table(results)}"
-    paths.append(write_text(out / "results.md", text))
+    title = results.get("title", "Evaluation")
+    paths.append(write_text(out / "results.md", f"# {title}\n\n{results_table(results)}"))
     for name, images in samples.items():
         path = out / f"grid_{name}.png"
         save_grid(images.clamp(0, 1), path, nrow=8, scale=2)

@@ -9,6 +9,7 @@ Sampling integrates the induced linear ODE (see :mod:`linearizer.flow.solvers`) 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 from ..algebra import Linearizer
 from ..errors import LinearizerError
 from ..image_model import ImageModel
+from ..invertible.base import InvertibleModule
 from ..operators.base import LinearOperator
 from ..operators.dense import Dense
 from . import factored, solvers
@@ -139,23 +141,18 @@ class OneStepFlow(ImageModel):
         """
         spec = sample_spec(spec, **changes)
         self.operator(spec)  # one line for a conditional model without a class
-        dtype = spec.torch_dtype
-        key = ("generator", spec)
-        version = _weights_version(self.op)
-        hit = self._cache.get(key)
-        if hit is not None and hit[0] == version:
-            return hit[1]
-        b = self.one_step_matrix(spec.replace(dtype="float64"))
-        op = Dense(b.to(dtype), trainable=False)
-        tau = self.maps(spec)[1]
-        if tau is None:
-            f = self.linearizer_of(op, NOISE, DATA)
-        else:
+
+        def build() -> Linearizer:
+            b = self.one_step_matrix(spec.replace(dtype="float64"))
+            op = Dense(b.to(spec.torch_dtype), trainable=False)
+            tau = self.maps(spec)[1]
+            if tau is None:
+                return self.linearizer_of(op, NOISE, DATA)
             g_y = TransportedSide(self.side(DATA), tau, self.image_shape)
-            f = Linearizer(self.side(NOISE), op, g_y, self.image_shape,
-                           x_latent_shape=self.image_shape)  # fmt: skip
-        self._cache[key] = (version, f)
-        return f
+            return Linearizer(self.side(NOISE), op, g_y, self.image_shape,
+                              x_latent_shape=self.image_shape)  # fmt: skip
+
+        return self._cached(("generator", spec), build)
 
     # --- sampling ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -219,8 +216,7 @@ class OneStepFlow(ImageModel):
             raise LinearizerError("swap needs the images' class (--from)")
         if spec.maps != "none":
             raise LinearizerError("swap applies the trained map alone: use --maps none")
-        target = spec.replace(label=int(to))
-        b_to = self.one_step_operator(target)
+        b_to = self.one_step_operator(spec.replace(label=int(to)))
         z0 = factored.solve_rows(self.one_step_operator(spec), self.encode(x1, DATA).to(
             spec.torch_dtype))  # fmt: skip
         z1 = factored.apply_rows(b_to, z0)
@@ -243,6 +239,14 @@ class OneStepFlow(ImageModel):
         cal = self.maps(spec)[0]
         return z1 if cal is None else cal.apply_rows(z1)
 
+    def _cached(self, key: tuple, build: Callable[[], Any]) -> Any:
+        """``build()``, kept under ``key`` until the operator's weights change."""
+        version = _weights_version(self.op)
+        hit = self._cache.get(key)
+        if hit is None or hit[0] != version:
+            hit = self._cache[key] = (version, build())
+        return hit[1]
+
     def is_cached(self, spec: SamplerSpec) -> bool:
         """Whether the dense B of ``spec`` is built and current (no collapse on next use)."""
         key = ("dense", spec.schedule, spec.dtype, self.maps(spec)[0] is not None, spec.condition)
@@ -252,18 +256,7 @@ class OneStepFlow(ImageModel):
     def one_step_matrix(self, spec: SamplerSpec | None = None, **changes: Any) -> Tensor:
         """The collapsed B of ``spec`` (``z1 = B z0``, K composed in when the spec applies it)
         in ``spec.dtype``, cached until the operator's weights change."""
-        spec = sample_spec(spec, **changes)
-        cal = self.maps(spec)[0]
-        key = ("dense", spec.schedule, spec.dtype, cal is not None, spec.condition)
-        version = _weights_version(self.op)
-        hit = self._cache.get(key)
-        if hit is not None and hit[0] == version:
-            return hit[1]
-        b = solvers.collapse(self.operator(spec), steps=spec.steps, method=spec.method,
-                             final=spec.final, dtype=spec.torch_dtype)  # fmt: skip
-        b = b if cal is None else cal.compose(b)
-        self._cache[key] = (version, b)
-        return b
+        return self.one_step_operator(spec, form="dense", **changes)
 
     def one_step_operator(
         self, spec: SamplerSpec | None = None, *, form: str = "auto", **changes: Any
@@ -271,19 +264,17 @@ class OneStepFlow(ImageModel):
         """B of ``spec`` dense (:meth:`one_step_matrix`) or factored ``c I + U V^T``
         (:mod:`linearizer.flow.factored`); ``form="auto"`` factors large latents."""
         spec = sample_spec(spec, **changes)
-        if form == "auto":
-            form = "dense" if self.dim < factored.MIN_FACTORED_DIM else "auto"
-        if form == "dense":
-            return self.one_step_matrix(spec)
+        if form == "auto" and self.dim < factored.MIN_FACTORED_DIM:
+            form = "dense"
         cal = self.maps(spec)[0]
-        key = (form, spec.schedule, spec.dtype, cal is not None, spec.condition)
-        version = _weights_version(self.op)
-        hit = self._cache.get(key)
-        if hit is None or hit[0] != version:
+
+        def build() -> Tensor | factored.FactoredMatrix:
             b = factored.one_step(self.operator(spec), steps=spec.steps, method=spec.method,
                                   final=spec.final, dtype=spec.torch_dtype, form=form)  # fmt: skip
-            hit = self._cache[key] = (version, b if cal is None else cal.compose(b))
-        return hit[1]
+            return b if cal is None else cal.compose(b)
+
+        key = (form, spec.schedule, spec.dtype, cal is not None, spec.condition)
+        return self._cached(key, build)
 
     def invert(self, x1: Tensor, b: Tensor | factored.FactoredMatrix) -> Tensor:
         """Noise whose one-step sample through ``b`` is ``x1``: ``g_noise^-1(B^-1 g_data(x1))``.
@@ -295,9 +286,6 @@ class OneStepFlow(ImageModel):
         z1 = self.encode(x1, DATA)
         z0 = factored.solve_rows(b, z1)
         return self.decode(z0.to(z1.dtype), NOISE)
-
-
-from ..invertible.base import InvertibleModule  # noqa: E402  (TransportedSide's base)
 
 
 class TransportedSide(InvertibleModule):

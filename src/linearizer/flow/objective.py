@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import LinearizerError
+from ..metrics.image import local_ssim
 from .model import DATA, NOISE, OneStepFlow
 
 Distance = Callable[[Tensor, Tensor], Tensor]
@@ -58,14 +59,9 @@ def resolve_perceptual(kind: str) -> str:
 
 def make_distance(kind: str) -> Distance:
     kind = resolve_perceptual(kind)
-    if kind == "mse":
-        return F.mse_loss
-    if kind == "l1":
-        return F.l1_loss
-    if kind == "ssim":
-        return ssim_l1_loss
-    if kind == "grad":
-        return gradient_loss
+    plain = {"mse": F.mse_loss, "l1": F.l1_loss, "ssim": ssim_l1_loss, "grad": gradient_loss}
+    if kind in plain:
+        return plain[kind]
     import piq
 
     lpips = piq.LPIPS(replace_pooling=True, reduction="none")
@@ -90,22 +86,10 @@ def ssim_value(x: Tensor, y: Tensor, data_range: float = 1.0) -> Tensor:
     but in the inputs' dtype and with autograd, for use in a loss.
     """
     w = _ssim_window(x)
-    c, k = x.shape[1], len(w)
-    if min(x.shape[-2:]) < k:
-        raise LinearizerError(f"the ssim distance needs images of at least {k}x{k}")
-    wx, wy = w.view(1, 1, 1, k).expand(c, 1, 1, k), w.view(1, 1, k, 1).expand(c, 1, k, 1)
-
-    def blur(v: Tensor) -> Tensor:
-        return F.conv2d(F.conv2d(v, wx, groups=c), wy, groups=c)
-
-    mu_x, mu_y = blur(x), blur(y)
-    var_x = blur(x * x) - mu_x**2
-    var_y = blur(y * y) - mu_y**2
-    cov = blur(x * y) - mu_x * mu_y
+    if min(x.shape[-2:]) < len(w):
+        raise LinearizerError(f"the ssim distance needs images of at least {len(w)}x{len(w)}")
     c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
-    num = (2 * mu_x * mu_y + c1) * (2 * cov + c2)
-    den = (mu_x**2 + mu_y**2 + c1) * (var_x + var_y + c2)
-    return (num / den).mean()
+    return local_ssim(x, y, w, c1, c2).mean()
 
 
 def ssim_l1_loss(x: Tensor, y: Tensor) -> Tensor:
@@ -146,13 +130,9 @@ def group_times(t: Tensor, groups: int) -> Tensor:
 
 def draw_noise(x1: Tensor, gen: torch.Generator | None) -> dict[str, Tensor]:
     """t, x0, n0, n1 for a batch, in a fixed order from ``gen`` (so runs replay exactly)."""
-    n = x1.shape[0]
     kw = {"generator": gen, "dtype": x1.dtype, "device": x1.device}
-    t = torch.rand(n, **kw)
-    x0 = torch.randn(x1.shape, **kw)
-    n0 = torch.randn(x1.shape, **kw)
-    n1 = torch.randn(x1.shape, **kw)
-    return {"t": t, "x0": x0, "n0": n0, "n1": n1}
+    t = torch.rand(x1.shape[0], **kw)
+    return {"t": t, **{k: torch.randn(x1.shape, **kw) for k in ("x0", "n0", "n1")}}
 
 
 def flow_loss(

@@ -57,39 +57,19 @@ class Sampler:
     weights: tuple[float, ...]
     denominator: float
     new_times: int
-    about: str
 
 
 SAMPLERS: dict[str, Sampler] = {
     s.name: s
     for s in (
-        Sampler("euler", lambda i, h: (i * h,), (0,), ((),), (1.0,), 1.0, 1,
-                "z += h v(z, t_i)"),
+        Sampler("euler", lambda i, h: (i * h,), (0,), ((),), (1.0,), 1.0, 1),
         Sampler("rk4", lambda i, h: (i * h, i * h + h / 2, (i + 1) * h), (0, 1, 1, 2),
-                ((), ((0, 0.5),), ((1, 0.5),), ((2, 1.0),)), (1.0, 2.0, 2.0, 1.0), 6.0, 2,
-                "classical Runge-Kutta 4"),
+                ((), ((0, 0.5),), ((1, 0.5),), ((2, 1.0),)), (1.0, 2.0, 2.0, 1.0), 6.0, 2),
         Sampler("rk4-authors", lambda i, h: (i * h, i * h + h / 2, (i + 1) * h), (0, 1, 2),
-                ((), (), ()), (1.0, 4.0, 1.0), 6.0, 2,
-                "the authors' I + h/6 [L(t) + 4 L(t + h/2) + L(t + h)] (first order)"),
+                ((), (), ()), (1.0, 4.0, 1.0), 6.0, 2),
     )
 }  # fmt: skip
 METHODS = tuple(SAMPLERS)
-
-
-def check_schedule(steps: int, method: str, final: str) -> None:
-    if method not in METHODS:
-        raise LinearizerError(f"unknown sampling method {method!r}; choose one of {METHODS}")
-    if final not in FINALS:
-        raise LinearizerError(f"unknown final step {final!r}; choose one of {FINALS}")
-    if int(steps) != steps or steps < 2:
-        raise LinearizerError(f"steps must be an integer >= 2, got {steps!r}")
-
-
-def stage_times(steps: int, method: str) -> list[tuple[float, ...]]:
-    """The times at which each step evaluates A: one tuple per step."""
-    h = 1.0 / steps
-    times = SAMPLERS[method].times
-    return [times(i, h) for i in range(steps - 1)]
 
 
 class _Factors:
@@ -127,10 +107,6 @@ class _Factors:
         return z @ self.mats[k].T
 
 
-def _velocity(fac: _Factors, z: Tensor, t: float) -> Tensor:
-    return (fac.apply(z, t) - z) / (1.0 - t)
-
-
 def _step(fac: _Factors, z: Tensor, ts: tuple[float, ...], h: float, method: str) -> Tensor:
     """One step of ``method`` from its coefficients (``z`` a batch of rows, or a ``_Span``)."""
     sampler = SAMPLERS[method]
@@ -139,7 +115,7 @@ def _step(fac: _Factors, z: Tensor, ts: tuple[float, ...], h: float, method: str
         y = z
         for j, a in inputs:
             y = y + (h * a) * ks[j]
-        ks.append(_velocity(fac, y, ts[slot]))
+        ks.append((fac.apply(y, ts[slot]) - y) / (1.0 - ts[slot]))  # the velocity at y
     total = sampler.weights[0] * ks[0]
     for w, k in zip(sampler.weights[1:], ks[1:]):
         total = total + w * k
@@ -168,32 +144,8 @@ def integrate(
     >>> integrate(op, z, steps=4, method="euler", final="skip").shape
     torch.Size([1, 3])
     """
-    check_schedule(steps, method, final)
-    dtype = dtype or z.dtype
-    h = 1.0 / steps
-    plan = stage_times(steps, method)
-    extra = [1.0 - h] if final == "predict" else []
-    fac = _Factors(op, [t for ts in plan for t in ts] + extra, dtype)
-    return _propagate(fac, z.to(dtype), plan, extra, h, method, callback)
-
-
-def _propagate(
-    fac: _Factors,
-    z: Tensor,
-    plan: list[tuple[float, ...]],
-    extra: list[float],
-    h: float,
-    method: str,
-    callback: Callback | None,
-) -> Tensor:
-    """``z`` stepped through ``plan`` (and the final jump in ``extra``), one step at a time."""
-    for i, ts in enumerate(plan):
-        z = _step(fac, z, ts, h, method)
-        if callback is not None:
-            callback({"i": i, "t": ts[0] + h, "steps": len(plan), "z": z})
-    if extra:
-        z = fac.apply(z, extra[0])
-    return z
+    sched = Schedule(op, steps, method, final, dtype or z.dtype)
+    return sched.propagate(z.to(sched.dtype), callback)
 
 
 def collapse(
@@ -229,8 +181,7 @@ def collapse_dense(sched: Schedule, callback: Callback | None = None) -> Tensor:
     """The dense B of a prepared :class:`Schedule` (what :func:`collapse` returns)."""
     eye = torch.eye(sched.dim, dtype=sched.dtype, device=sched.device)
     if sched.fac.u is None:
-        fac, plan, extra, h = sched.fac, sched.plan, sched.extra, sched.h
-        return _propagate(fac, eye, plan, extra, h, sched.method, callback).T.contiguous()
+        return sched.propagate(eye, callback).T.contiguous()
     y = eye
     for start, bf, x in sched.blocks(callback):
         q = bf.v.T if start == 0 else bf.v.T @ y  # V_blk^T Y0; Y0 = I in the first block
@@ -240,7 +191,8 @@ def collapse_dense(sched: Schedule, callback: Callback | None = None) -> Tensor:
 
 class Schedule:
     """A collapse's steps, its A(t) factors and its blocks; shared by the dense :func:`collapse`
-    and the factored one (:mod:`linearizer.flow.factored`), so both run the same ``_step``.
+    and the factored one (:mod:`linearizer.flow.factored`), so both run the same ``_step``; also
+    :func:`integrate`'s steps (:meth:`propagate`).
 
     :meth:`blocks` yields ``(start, block_factors, span)`` per block: the block maps the matrix
     ``Y0`` it starts from to ``span.pi * Y0 + (U_blk @ span.r) @ (V_blk^T @ Y0)``.
@@ -255,18 +207,33 @@ class Schedule:
         dtype: torch.dtype,
         block: int | None = None,
     ) -> None:
-        check_schedule(steps, method, final)
+        if method not in METHODS:
+            raise LinearizerError(f"unknown sampling method {method!r}; choose one of {METHODS}")
+        if final not in FINALS:
+            raise LinearizerError(f"unknown final step {final!r}; choose one of {FINALS}")
+        if int(steps) != steps or steps < 2:
+            raise LinearizerError(f"steps must be an integer >= 2, got {steps!r}")
         if block is not None and (int(block) != block or block < 1):
             raise LinearizerError(f"block must be a positive integer, got {block!r}")
         self.method, self.h = method, 1.0 / steps
         self.dim, self.dtype = op.in_features, dtype
         self.device = next(op.parameters()).device
-        self.plan = stage_times(steps, method)
+        self.plan = [SAMPLERS[method].times(i, self.h) for i in range(steps - 1)]
         self.extra = [1.0 - self.h] if final == "predict" else []
         self.fac = _Factors(op, [t for ts in self.plan for t in ts] + self.extra, dtype)
         if block is None and self.fac.u is not None:
             block = max(1, 128 // (self.fac.u.shape[-1] * SAMPLERS[method].new_times))
         self.block = block or 1
+
+    def propagate(self, z: Tensor, callback: Callback | None) -> Tensor:
+        """``z`` (rows) stepped through the plan and the final jump, one step at a time."""
+        for i, ts in enumerate(self.plan):
+            z = _step(self.fac, z, ts, self.h, self.method)
+            if callback is not None:
+                callback({"i": i, "t": ts[0] + self.h, "steps": len(self.plan), "z": z})
+        if self.extra:
+            z = self.fac.apply(z, self.extra[0])
+        return z
 
     def chunks(self) -> list[tuple[int, list[tuple[float, ...]], list[float]]]:
         """``(start, steps, final jump)`` of every block; the jump only in the last block."""

@@ -62,12 +62,8 @@ class FlowTask(ImageTask, kind="flow", config=FlowConfig):
         shape = x1.shape[1:]
         times = draw_times(self.cfg.time_sampling, lambda: rng.rand(like=x1),
                            lambda: rng.randn(like=x1))  # fmt: skip
-        draws = {
-            "t": group_times(times, self.cfg.time_groups),
-            "x0": rng.randn(*shape, like=x1),
-            "n0": rng.randn(*shape, like=x1),
-            "n1": rng.randn(*shape, like=x1),
-        }
+        draws = {"t": group_times(times, self.cfg.time_groups)}
+        draws |= {k: rng.randn(*shape, like=x1) for k in ("x0", "n0", "n1")}
         labels = None
         if self.cfg.conditional:  # drawn last: an unconditional run's stream is unchanged
             drop = rng.rand(like=x1) < self.cfg.class_dropout

@@ -45,6 +45,8 @@ from ..invertible.base import InvertibleModule
 from ..invertible.conv1x1 import LUFactors
 
 F64 = torch.float64
+# the coordinates' statistics a transport holds: means [k], whitening and colouring maps [k, k]
+STATS = ("src_mean", "src_whiten", "src_colour", "dst_mean", "dst_whiten", "dst_colour")
 
 
 @dataclass(frozen=True)
@@ -232,8 +234,7 @@ class LatentTransport(InvertibleModule):
     def __init__(self, basis: Tensor, flow: VectorFlow, stats: dict[str, Tensor]) -> None:
         super().__init__()
         k = basis.shape[1]
-        shapes = {"src_mean": (k,), "src_whiten": (k, k), "src_colour": (k, k),
-                  "dst_mean": (k,), "dst_whiten": (k, k), "dst_colour": (k, k)}  # fmt: skip
+        shapes = {name: (k,) if name.endswith("mean") else (k, k) for name in STATS}
         if basis.dim() != 2 or any(tuple(stats[n].shape) != s for n, s in shapes.items()):
             raise LinearizerError("the latent transport's basis and statistics disagree in shape")
         self.register_buffer("basis", basis.to(F64))

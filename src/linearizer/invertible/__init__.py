@@ -15,6 +15,7 @@ from .network import CouplingBlock, InvertibleNetwork, cpu_network
 from .precision import conditioners_in
 from .sequential import InvertibleSequential
 from .squeeze import Squeeze
+from .unet import paper_network
 
 __all__ = [
     "ActNorm",
@@ -31,15 +32,7 @@ __all__ = [
     "as_cond",
     "conditioners_in",
     "cpu_network",
+    "paper_network",
     "same_network",
     "set_dropout_seed",
 ]
-
-# The paper's U-Net conditioner lives in unet.py, written separately; import it when present.
-try:
-    from .unet import paper_network  # noqa: F401 (re-exported below)
-except ModuleNotFoundError as error:
-    if error.name != f"{__name__}.unet":
-        raise
-else:
-    __all__.append("paper_network")

@@ -49,9 +49,7 @@ def as_cond(value: float | Tensor | None, batch: int, ref: Tensor) -> Tensor | N
     if value is None:
         return None
     if isinstance(value, Tensor):
-        if value.dim() == 0:
-            return value.to(ref).expand(batch)
-        return value.to(ref)
+        return value.to(ref).expand(batch) if value.dim() == 0 else value.to(ref)
     return torch.full((batch,), float(value), dtype=ref.dtype, device=ref.device)
 
 
@@ -86,8 +84,6 @@ class Conditioned(nn.Module):
 
 def same_network(a: nn.Module, b: nn.Module) -> bool:
     """True when ``a`` and ``b`` compute the same bijection by construction (not by value)."""
-    if a is b:
-        return True
     if isinstance(a, Conditioned) and isinstance(b, Conditioned):
-        return a.net is b.net and a.value == b.value
-    return False
+        return a is b or (a.net is b.net and a.value == b.value)
+    return a is b

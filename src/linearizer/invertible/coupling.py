@@ -42,9 +42,7 @@ def bound_shift(raw: Tensor, bound: float) -> Tensor:
 
 def clamp_log_scale(raw: Tensor, clamp: float, mode: str) -> Tensor:
     """``soft``: ``clamp * tanh(raw / clamp)`` (smooth); ``hard``: clip to ``[-clamp, clamp]``."""
-    if mode == "soft":
-        return clamp * torch.tanh(raw / clamp)
-    return raw.clamp(-clamp, clamp)
+    return clamp * torch.tanh(raw / clamp) if mode == "soft" else raw.clamp(-clamp, clamp)
 
 
 class AffineCoupling(InvertibleModule):

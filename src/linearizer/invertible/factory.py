@@ -16,6 +16,7 @@ from typing import Literal
 from ..config import Config, option
 from ..errors import LinearizerError
 from .network import InvertibleNetwork, cpu_network
+from .unet import paper_network
 
 
 @dataclass
@@ -122,8 +123,6 @@ def build_network(
     single ``g``); the paper U-Net always takes a flag (hold it constant for one network).
     """
     if cfg.kind == "paper":
-        from .unet import paper_network
-
         return paper_network(
             in_channels=channels, img_size=cfg.img_size, num_blocks=cfg.blocks,
             model_channels=cfg.hidden, dropout=cfg.dropout, channel_mult=cfg.unet_channel_mult,

@@ -4,9 +4,8 @@ A flow's latent is Gaussian-like and unbounded, while MNIST's pixels pile up at 
 Through ``y = logit(alpha + (1 - 2 alpha) x)`` (RealNVP's preprocessing, Dinh et al. 2017) the
 inverse ends in a sigmoid: whatever latent the sampler hands over decodes to a pixel inside
 ``(-alpha / (1 - 2 alpha), 1 + alpha / (1 - 2 alpha))``, and a latent that leaves the data
-manifold saturates towards the background instead of spraying grey speckle across it. With
-``tails="linear"`` the sigmoid's tails beyond pixels 0 and 1 are straight lines instead: the
-same images once clamped to [0, 1], and every latent decodes to a pixel that encodes back.
+manifold saturates towards the background instead of spraying grey speckle across it
+(:class:`FlagLogit` also offers straight tails beyond pixels 0 and 1).
 """
 
 from __future__ import annotations

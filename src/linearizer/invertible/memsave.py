@@ -61,10 +61,9 @@ def pieces(net: nn.Module) -> list[nn.Module]:
     """
     if isinstance(net, CouplingBlock):
         return [net.actnorm, net.F, net.G, net.mix]
-    if isinstance(net, InvertibleNetwork) and net.logit is not None:
-        return [net.logit] + [p for block in net.blocks for p in pieces(block)]
     if isinstance(net, (InvertibleNetwork, InvertibleSequential)):
-        return [p for block in net.blocks for p in pieces(block)]
+        head = [net.logit] if isinstance(net, InvertibleNetwork) and net.logit is not None else []
+        return head + [p for block in net.blocks for p in pieces(block)]
     return [net]
 
 
@@ -78,34 +77,25 @@ def inverse(net: nn.Module, z: Tensor, cond: float | Tensor | None = None) -> Te
     return _run(net, z, cond, inverse=True)
 
 
-def _plain(net: nn.Module, x: Tensor, cond, inverse: bool) -> Tensor:
-    return cast(InvertibleModule, net).inverse(x, cond) if inverse else net(x, cond)
-
-
 def _needs_plain_path(chain: Sequence[nn.Module], x: Tensor, cond) -> bool:
-    if not torch.is_grad_enabled():
-        return True
-    if isinstance(cond, Tensor) and cond.requires_grad:
+    if not torch.is_grad_enabled() or (isinstance(cond, Tensor) and cond.requires_grad):
         return True
     for piece in chain:
         for m in piece.modules():
             if isinstance(m, (ActNorm, FlagActNorm)) and m.training and not bool(m.initialized):
                 return True
-    wants_grad = x.requires_grad or any(p.requires_grad for c in chain for p in c.parameters())
-    return not wants_grad
+    return not (x.requires_grad or any(p.requires_grad for c in chain for p in c.parameters()))
 
 
 def _run(net: nn.Module, x: Tensor, cond, inverse: bool) -> Tensor:
     chain = pieces(net)
     if _needs_plain_path(chain, x, cond):
-        return _plain(net, x, cond, inverse)
-    squeeze = None
+        return _step(net, x, cond, inverse)
     if isinstance(net, InvertibleNetwork):
         # The network's own checks and flag broadcasting, then its (cheap, stateless) squeeze.
-        cond = net._prepare(x, cond)
-        squeeze = net.squeeze
+        cond, squeeze = net._prepare(x, cond), net.squeeze
     else:
-        cond = as_cond(cond, x.shape[0], x)
+        cond, squeeze = as_cond(cond, x.shape[0], x), None
     if squeeze is not None:
         x = squeeze(x)
     order = list(reversed(chain)) if inverse else chain
@@ -115,12 +105,8 @@ def _run(net: nn.Module, x: Tensor, cond, inverse: bool) -> Tensor:
 
 
 def _unique_params(chain: Sequence[nn.Module]) -> list[nn.Parameter]:
-    seen: dict[int, nn.Parameter] = {}
-    for piece in chain:
-        for p in piece.parameters():
-            if p.requires_grad:
-                seen.setdefault(id(p), p)
-    return list(seen.values())
+    unique = {id(p): p for piece in chain for p in piece.parameters() if p.requires_grad}
+    return list(unique.values())
 
 
 def _step(piece: nn.Module, x: Tensor, cond, inverse: bool) -> Tensor:
@@ -138,16 +124,14 @@ def _coupling_backward(c: AffineCoupling, y: Tensor, grad: Tensor, cond, inverse
     with torch.enable_grad():
         kept_in = kept.detach().requires_grad_(True)
         shift, log_scale = c.shift_log_scale(kept_in, changed_y.shape[1], cond)
+        # the piece ran as y = x exp(-l) - s (inverse) or y = (x + s) exp(l) (forward)
         with torch.no_grad():
-            if inverse:  # the piece ran as y = x exp(-l) - s
+            if inverse:
                 changed_x = (changed_y + shift) * torch.exp(log_scale)
-            else:  # y = (x + s) exp(l)
+            else:
                 changed_x = changed_y * torch.exp(-log_scale) - shift
         cx = changed_x.detach().requires_grad_(True)
-        if inverse:
-            out = cx * torch.exp(-log_scale) - shift
-        else:
-            out = (cx + shift) * torch.exp(log_scale)
+        out = cx * torch.exp(-log_scale) - shift if inverse else (cx + shift) * torch.exp(log_scale)
         found = torch.autograd.grad(
             c._join(out, kept_in), [cx, kept_in, *own], grad, allow_unused=True
         )

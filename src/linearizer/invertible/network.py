@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Sequence
-from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +23,7 @@ from .conv1x1 import InvConv1x1
 from .coupling import AffineCoupling
 from .dense import DenseConditioner
 from .logit import FlagLogit
+from .sequential import run_blocks
 from .squeeze import Squeeze
 
 MakeConditioner = Callable[[int, int], nn.Module]
@@ -96,16 +97,10 @@ class CoarserLevel(InvertibleModule):
         )
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
-        x = self.squeeze(x)
-        for block in self.blocks:
-            x = block(x, cond)
-        return self.squeeze.inverse(x)
+        return self.squeeze.inverse(run_blocks(self.blocks, self.squeeze(x), cond))
 
     def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
-        z = self.squeeze(z)
-        for block in reversed(self.blocks):
-            z = cast(InvertibleModule, block).inverse(z, cond)
-        return self.squeeze.inverse(z)
+        return self.squeeze.inverse(run_blocks(self.blocks, self.squeeze(z), cond, inverse=True))
 
 
 class InvertibleNetwork(InvertibleModule):
@@ -204,9 +199,7 @@ class InvertibleNetwork(InvertibleModule):
         version = tuple((p.data_ptr(), p._version) for p in own.parameters())
         hit = self._wide.get("tail")
         if hit is None or hit[0] != version:
-            wide = copy.deepcopy(own).double()
-            wide.requires_grad_(False)
-            hit = self._wide["tail"] = (version, wide)
+            hit = self._wide["tail"] = (version, copy.deepcopy(own).double().requires_grad_(False))
         return hit[1]
 
     def forward(self, x: Tensor, cond: float | Tensor | None = None) -> Tensor:
@@ -215,15 +208,13 @@ class InvertibleNetwork(InvertibleModule):
             x = self.logit(x, cond)
         if self.squeeze is not None:
             x = self.squeeze(x)
-        for block in self.blocks[: self.tail_start]:
-            x = block(x, cond)
+        x = run_blocks(self.blocks[: self.tail_start], x, cond)
         tail = self._wide_tail(x)
         if tail is None:
             tail = self.blocks[self.tail_start :]
         else:
             x, cond = x.double(), None if cond is None else cond.double()
-        for block in tail:
-            x = block(x, cond)
+        x = run_blocks(tail, x, cond)
         return x if self.squeeze is None else self.squeeze.inverse(x)
 
     def inverse(self, z: Tensor, cond: float | Tensor | None = None) -> Tensor:
@@ -233,15 +224,11 @@ class InvertibleNetwork(InvertibleModule):
             z = self.squeeze(z)
         wide = self._wide_tail(z.to(dtype))
         if wide is None:
-            for block in reversed(self.blocks[self.tail_start :]):
-                z = cast(InvertibleModule, block).inverse(z, cond)
+            z = run_blocks(self.blocks[self.tail_start :], z, cond, inverse=True)
         else:
-            z, flag = z.double(), None if cond is None else cond.double()
-            for block in reversed(wide):
-                z = cast(InvertibleModule, block).inverse(z, flag)
-            z = z.to(dtype)
-        for block in reversed(self.blocks[: self.tail_start]):
-            z = cast(InvertibleModule, block).inverse(z, cond)
+            flag = None if cond is None else cond.double()
+            z = run_blocks(wide, z.double(), flag, inverse=True).to(dtype)
+        z = run_blocks(self.blocks[: self.tail_start], z, cond, inverse=True)
         if self.squeeze is not None:
             z = self.squeeze.inverse(z)
         return z if self.logit is None else self.logit.inverse(z, cond)
@@ -285,21 +272,16 @@ def cpu_network(
     shifts (:class:`AffineCoupling`); ``logit_tails`` is the data-side logit's
     (:class:`FlagLogit`).
     """
-
-    def make(c_in: int, c_out: int) -> nn.Module:
-        return SmallCNN(c_in, c_out, hidden=hidden, cond_dim=cond_dim, dropout=dropout)
-
+    make = functools.partial(SmallCNN, hidden=hidden, cond_dim=cond_dim, dropout=dropout)
     tail: list[InvertibleModule] = []
     if dense_blocks:
         if img_size is None or img_size % 2:
             raise LinearizerError(f"dense blocks need an even img_size, got {img_size}")
         squeezed = in_channels % 2 == 1
         side = img_size // 2 if squeezed else img_size
-
-        def make_dense(c_in: int, c_out: int) -> nn.Module:
-            return DenseConditioner(c_in, c_out, side, side, hidden=dense_hidden,
-                                    cond_dim=cond_dim)  # fmt: skip
-
+        make_dense = functools.partial(
+            DenseConditioner, height=side, width=side, hidden=dense_hidden, cond_dim=cond_dim
+        )
         width = 4 * in_channels if squeezed else in_channels
         tail = [CouplingBlock(width, make_dense, clamp, clamp_mode, flag_norm)
                 for _ in range(dense_blocks)]  # fmt: skip
@@ -312,7 +294,3 @@ def cpu_network(
         if isinstance(coupling, AffineCoupling):
             coupling.shift_bound = float(shift_bound)
     return net
-
-
-# The paper's configuration (invertible U-Net conditioners, clamp_mode="hard", clamp=5) is
-# built in linearizer/invertible/unet.py from CouplingBlock / InvertibleNetwork above.

@@ -10,6 +10,15 @@ from torch import Tensor, nn
 from .base import InvertibleModule
 
 
+def run_blocks(
+    blocks: Iterable[nn.Module], x: Tensor, cond: Tensor | None, inverse: bool = False
+) -> Tensor:
+    """``x`` through ``blocks`` in order, or through their inverses in reverse order."""
+    for block in reversed(list(blocks)) if inverse else blocks:
+        x = cast(InvertibleModule, block).inverse(x, cond) if inverse else block(x, cond)
+    return x
+
+
 class InvertibleSequential(InvertibleModule):
     """Apply blocks in order; the inverse applies their inverses in reverse order.
 
@@ -28,14 +37,10 @@ class InvertibleSequential(InvertibleModule):
         self.blocks = nn.ModuleList(blocks)
 
     def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
-        for block in self.blocks:
-            x = block(x, cond)
-        return x
+        return run_blocks(self.blocks, x, cond)
 
     def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
-        for block in reversed(self.blocks):
-            z = cast(InvertibleModule, block).inverse(z, cond)
-        return z
+        return run_blocks(self.blocks, z, cond, inverse=True)
 
     def __len__(self) -> int:
         return len(self.blocks)

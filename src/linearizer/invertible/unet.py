@@ -20,6 +20,7 @@ uses this conditioner stays exactly invertible in train mode.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TypeVar, cast
@@ -296,17 +297,13 @@ def paper_network(
     if res < 1 or (squeeze and img_size % 2):
         raise LinearizerError(f"img_size {img_size} does not fit the squeeze")
     attn = (res,) if attn_resolutions is None else tuple(attn_resolutions)
-
-    def make(c_in: int, c_out: int) -> PaperUNet:
-        return PaperUNet(
-            c_in,
-            c_out,
-            model_channels=model_channels,
-            channel_mult=channel_mult,
-            num_blocks=unet_blocks,
-            attn_resolutions=attn,
-            resolution=res,
-            dropout=dropout,
-        )
-
+    make = functools.partial(
+        PaperUNet,
+        model_channels=model_channels,
+        channel_mult=channel_mult,
+        num_blocks=unet_blocks,
+        attn_resolutions=attn,
+        resolution=res,
+        dropout=dropout,
+    )
     return InvertibleNetwork(in_channels, num_blocks, make, clamp=clamp, clamp_mode="hard")

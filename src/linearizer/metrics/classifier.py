@@ -244,26 +244,28 @@ def train_classifier(
     ``train`` and ``test`` are ``(images [N, 1, 32, 32], labels [N])``. Deterministic for a
     given seed on one CPU thread (shuffling and augmentation draw from a seeded generator).
     """
-    if epochs < 1:
-        raise LinearizerError(f"epochs must be >= 1, got {epochs}")
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    return fit_classifier(LeNet(), train, test, gen, epochs, batch_size, lr, max_shift, log)
+    return fit_classifier(LeNet, train, test, seed, epochs, batch_size, lr, max_shift, log)
 
 
 def fit_classifier(
-    model: nn.Module,
+    build: Callable[[], nn.Module],
     train: tuple[Tensor, Tensor],
     test: tuple[Tensor, Tensor],
-    gen: torch.Generator,
+    seed: int,
     epochs: int,
     batch_size: int,
     lr: float,
     max_shift: int = 0,
     log: Callable[[str], None] | None = print,
 ) -> TrainResult:
-    """The training loop shared by our classifiers: Adam, cosine learning rate to zero over all
-    steps, cross-entropy, optional random shifts; the test accuracy after every epoch."""
+    """The training loop shared by our classifiers: the model ``build()`` makes after seeding
+    torch with ``seed``, Adam, cosine learning rate to zero over all steps, cross-entropy,
+    optional random shifts; the test accuracy after every epoch."""
+    if epochs < 1:
+        raise LinearizerError(f"epochs must be >= 1, got {epochs}")
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    model = build()
     images, labels = train
     steps = epochs * math.ceil(len(images) / batch_size)
     opt = torch.optim.Adam(model.parameters(), lr=lr)

@@ -109,11 +109,16 @@ def ssim_map(
     if data_range <= 0:
         raise LinearizerError(f"data_range must be positive, got {data_range}")
     w = gaussian_window(window_size, sigma).to(a.device)
-    mu_a, mu_b = _blur(a, w), _blur(b, w)
-    var_a = _blur(a * a, w) - mu_a**2
-    var_b = _blur(b * b, w) - mu_b**2
-    cov = _blur(a * b, w) - mu_a * mu_b
-    c1, c2 = (k1 * data_range) ** 2, (k2 * data_range) ** 2
+    return local_ssim(a, b, w, (k1 * data_range) ** 2, (k2 * data_range) ** 2)
+
+
+def local_ssim(a: Tensor, b: Tensor, window: Tensor, c1: float, c2: float) -> Tensor:
+    """The SSIM formula at every valid position of the separable ``window``, in the inputs'
+    dtype and differentiable (the flow objective's SSIM loss shares it)."""
+    mu_a, mu_b = _blur(a, window), _blur(b, window)
+    var_a = _blur(a * a, window) - mu_a**2
+    var_b = _blur(b * b, window) - mu_b**2
+    cov = _blur(a * b, window) - mu_a * mu_b
     num = (2 * mu_a * mu_b + c1) * (2 * cov + c2)
     den = (mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2)
     return num / den

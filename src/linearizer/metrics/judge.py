@@ -160,11 +160,7 @@ def train_judge(
     ``train`` and ``test`` are ``(images [N, 1, 32, 32], labels [N])``. Deterministic for a
     given seed on one CPU thread.
     """
-    if epochs < 1:
-        raise LinearizerError(f"epochs must be >= 1, got {epochs}")
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    return fit_classifier(Judge(config), train, test, gen, epochs, batch_size, lr, 0, log)
+    return fit_classifier(lambda: Judge(config), train, test, seed, epochs, batch_size, lr, 0, log)
 
 
 # --- the metric --------------------------------------------------------------------------------

@@ -41,3 +41,10 @@ class LinearOperator(nn.Module):
     def factors(self, t: float | Tensor | None = None) -> tuple[Tensor, Tensor] | None:
         """``(U, V)`` with ``A = U V^T`` where the operator is low rank, else ``None``."""
         return None
+
+
+def factor_product(u: Tensor, v: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """``u @ v.T``, the dense matrix of factors ``A = U V^T`` (in ``dtype`` when given)."""
+    if dtype is not None:
+        u, v = u.to(dtype), v.to(dtype)
+    return u @ v.T

@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import cast
 
@@ -109,9 +110,7 @@ class DepthwiseConv(LinearOperator):
         super().__init__()
         self.image_shape = _image_shape(channels, image_shape)
         kh, kw = _kernel_size(kernel_size)
-        self.in_features = self.out_features = (
-            self.image_shape[0] * self.image_shape[1] * (self.image_shape[2])
-        )
+        self.in_features = self.out_features = math.prod(self.image_shape)
         if init == "identity":
             kernel = torch.zeros(channels, kh, kw)
             kernel[:, (kh - 1) // 2, (kw - 1) // 2] = 1.0

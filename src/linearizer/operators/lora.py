@@ -18,13 +18,14 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import LinearizerError
-from .base import LinearOperator
+from .base import LinearOperator, factor_product
 from .dense import check_rows
 
 _ACTIVATIONS = {"gelu": nn.GELU, "silu": nn.SiLU, "relu": nn.ReLU, "tanh": nn.Tanh}
@@ -224,9 +225,8 @@ class TimeLoRA(LinearOperator):
         (h_in, last_in), (h_out, last_out) = ((hv, v_last), (hu, u_last))[
             :: 1 if left == 0 else -1]  # fmt: skip
         coeff = _contract(z, h_in, last_in, self.rank)
-        out = _expand(coeff * self.v_scale if self.v_scale != 1.0 else coeff, h_out, last_out,
-                      self.rank)  # fmt: skip
-        return out
+        return _expand(coeff * self.v_scale if self.v_scale != 1.0 else coeff, h_out, last_out,
+                       self.rank)  # fmt: skip
 
     def forward(
         self, z: Tensor, t: float | Tensor | None = None, c: int | Tensor | None = None
@@ -249,10 +249,7 @@ class TimeLoRA(LinearOperator):
         """The dense ``A(t)`` (of class ``c``) at one time ``t``."""
         if isinstance(t, Tensor) and t.numel() != 1:
             raise LinearizerError("matrix(t) needs one time, got a tensor of several")
-        u, v = self.factors(t, c)
-        if dtype is not None:
-            u, v = u.to(dtype), v.to(dtype)
-        return u @ v.T
+        return factor_product(*self.factors(t, c), dtype)
 
     def at(self, t: float) -> AtTime:
         """This operator frozen at time ``t`` (a view sharing the weights)."""
@@ -329,24 +326,18 @@ class Guided(LinearOperator):
         un, vn = self.op.factors(t, self.op.null)
         return torch.cat([(1 + w) * u, -w * un], -1), torch.cat([v, vn], -1)
 
+    def _guided(self, apply: Callable[..., Tensor], x: Tensor, t: float | Tensor | None) -> Tensor:
+        out, w = apply(x, t, self.label), self.guidance
+        return out if w == 0.0 else (1 + w) * out - w * apply(x, t, self.op.null)
+
     def forward(self, z: Tensor, t: float | Tensor | None = None) -> Tensor:
-        out = self.op(z, t, self.label)
-        if self.guidance == 0.0:
-            return out
-        return (1 + self.guidance) * out - self.guidance * self.op(z, t, self.op.null)
+        return self._guided(self.op, z, t)
 
     def transpose_apply(self, y: Tensor, t: float | Tensor | None = None) -> Tensor:
-        out = self.op.transpose_apply(y, t, self.label)
-        if self.guidance == 0.0:
-            return out
-        w = self.guidance
-        return (1 + w) * out - w * self.op.transpose_apply(y, t, self.op.null)
+        return self._guided(self.op.transpose_apply, y, t)
 
     def matrix(self, t: float | Tensor | None = None, dtype: torch.dtype | None = None) -> Tensor:
-        u, v = self.factors(t)
-        if dtype is not None:
-            u, v = u.to(dtype), v.to(dtype)
-        return u @ v.T
+        return factor_product(*self.factors(t), dtype)
 
     def extra_repr(self) -> str:
         return f"label={self.label}, guidance={self.guidance}"

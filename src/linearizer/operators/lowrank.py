@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import LinearizerError
-from .base import LinearOperator
+from .base import LinearOperator, factor_product
 from .dense import check_rows
 
 
@@ -64,26 +64,24 @@ class LowRank(LinearOperator):
                 f"identity_scale must be None, a number or 'learnable', got {identity_scale!r}"
             )
 
+    def _act(self, x: Tensor, right: Tensor, left: Tensor) -> Tensor:
+        """``x right left^T (+ s x)``: ``A x`` for ``(V, U)``, ``A^T x`` for ``(U, V)``."""
+        out = (x @ right) @ left.T
+        return out if self.identity_scale is None else out + self.identity_scale * x
+
     def forward(self, z: Tensor, t: float | Tensor | None = None) -> Tensor:
         check_rows(z, self.in_features)
-        out = (z @ self.V) @ self.U.T
-        if self.identity_scale is not None:
-            out = out + self.identity_scale * z
-        return out
+        return self._act(z, self.V, self.U)
 
     def transpose_apply(self, y: Tensor, t: float | Tensor | None = None) -> Tensor:
         check_rows(y, self.out_features)
-        out = (y @ self.U) @ self.V.T
-        if self.identity_scale is not None:
-            out = out + self.identity_scale * y
-        return out
+        return self._act(y, self.U, self.V)
 
     def matrix(self, t: float | Tensor | None = None, dtype: torch.dtype | None = None) -> Tensor:
-        dtype = dtype or self.U.dtype
-        m = self.U.to(dtype) @ self.V.to(dtype).T
+        m = factor_product(self.U, self.V, dtype or self.U.dtype)
         if self.identity_scale is not None:
-            eye = torch.eye(self.in_features, dtype=dtype, device=m.device)
-            m = m + self.identity_scale.to(dtype) * eye
+            eye = torch.eye(self.in_features, dtype=m.dtype, device=m.device)
+            m = m + self.identity_scale.to(m.dtype) * eye
         return m
 
     def factors(self, t: float | Tensor | None = None) -> tuple[Tensor, Tensor] | None:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import LinearizerError
-from .base import LinearOperator
+from .base import LinearOperator, factor_product
 from .dense import check_rows
 
 
@@ -61,8 +61,8 @@ class OrthogonalProjector(LinearOperator):
         return self.forward(y)
 
     def matrix(self, t: float | Tensor | None = None, dtype: torch.dtype | None = None) -> Tensor:
-        q = self.basis() if dtype is None else self.basis().to(dtype)
-        return q @ q.T
+        q = self.basis()
+        return factor_product(q, q, dtype)
 
     def factors(self, t: float | Tensor | None = None) -> tuple[Tensor, Tensor]:
         q = self.basis()
@@ -113,10 +113,7 @@ class ObliqueProjector(LinearOperator):
         return self.U, right
 
     def matrix(self, t: float | Tensor | None = None, dtype: torch.dtype | None = None) -> Tensor:
-        u, right = self.factors()
-        if dtype is not None:
-            u, right = u.to(dtype), right.to(dtype)
-        return u @ right.T
+        return factor_product(*self.factors(), dtype)
 
     def extra_repr(self) -> str:
         return f"features={self.in_features}, rank={self.rank}"

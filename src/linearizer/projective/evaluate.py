@@ -34,10 +34,11 @@ from ..data import load_dataset, save_grid
 from ..errors import LinearizerError
 from ..io import read_json, write_json, write_text
 from ..report import markdown_table, render_report
+from ..training.runs import load_run
 from .config import ProjectiveConfig
 from .corrupt import CORRUPTIONS, corrupt
 from .ign import as_trained
-from .task import load_images, load_projective_run
+from .task import KIND, load_images
 
 FAR_SCALE = 100.0
 BATCH = 500
@@ -166,25 +167,21 @@ def project_report(
         raise LinearizerError("give at least one run to report on (--ours RUN and/or --ign RUN)")
     out = Path(out)
     t0 = time.perf_counter()
-    loaded = {name: load_projective_run(run) for name, run in runs.items()}
-    for name, (_, cfg, _) in loaded.items():
-        if cfg.model != name:
-            raise LinearizerError(f"run {runs[name]} is a '{cfg.model}' model, not '{name}'")
-    cfgs = [c for _, c, _ in loaded.values()]
+    loaded = {name: load_run(run, expect=KIND) for name, run in runs.items()}
+    for name, run in loaded.items():
+        if run.config.model != name:
+            raise LinearizerError(f"run {runs[name]} is a '{run.config.model}' model, not '{name}'")
+    cfgs = [run.config for run in loaded.values()]
+    setups = [(c.data, c.network.img_size, c.noise_std) for c in cfgs]
+    if any(setup != setups[0] for setup in setups):
+        raise LinearizerError("the runs differ in dataset, img_size or noise_std")
     first = cfgs[0]
-    for c in cfgs[1:]:
-        if (c.data, c.network.img_size, c.noise_std) != (
-            first.data,
-            first.network.img_size,
-            first.noise_std,
-        ):
-            raise LinearizerError("the runs differ in dataset, img_size or noise_std")
     fams = input_families(first, n, seed)
     results: dict[str, Any] = {}
-    for name, (model, cfg, step) in loaded.items():
-        res, outs = evaluate_model(model, cfg, fams, name)
+    for name, run in loaded.items():
+        res, outs = evaluate_model(run.model, run.config, fams, name)
         results.update(res)
-        results.update(_run_facts(Path(runs[name]), name, step))
+        results.update(_run_facts(Path(runs[name]), name, run.step))
         save_figures(out, name, fams, outs)
     clean = fams["data"]
     for c in CORRUPTIONS:

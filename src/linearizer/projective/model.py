@@ -114,13 +114,10 @@ class ProjectiveModel(ImageModel):
         """Alias of :attr:`generator`."""
         return self.generator
 
-    def check_images(self, x: Tensor, what: str = "inputs") -> None:
-        super().check_images(x, what)
-
     # --- latent side ------------------------------------------------------------------------
     def encode(self, x: Tensor) -> Tensor:
         """``g(x)`` flattened to ``[B, D]``."""
-        self.check_images(x)
+        self.check_images(x, "inputs")
         return self.encode_at(x, self.flag)
 
     def decode(self, w: Tensor) -> Tensor:
@@ -236,11 +233,9 @@ def projective_loss(
         distance = (model.decode(model.from_coords(cz[rows])) - x[cols]).abs().mean()
     else:
         distance = sliced_w2(cz, cx, directions) / scale
-    loss = rec_weight * rec + match_weight * distance
-    logs = {
+    return rec_weight * rec + match_weight * distance, {
         "rec_l1": float(rec.detach()),
         "match": float(distance.detach()),
         "coord_rms_data": float(scale.sqrt()),
         "coord_rms_noise": float(cz.detach().square().mean().sqrt()),
     }
-    return loss, logs

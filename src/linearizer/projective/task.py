@@ -12,7 +12,7 @@ from ..invertible.factory import build_network
 from ..operators.projector import ObliqueProjector, OrthogonalProjector
 from ..training.image_task import ImageTask
 from ..training.random_streams import StepRandom
-from ..training.runs import load_run, read_run_config
+from ..training.runs import read_run_config
 from .config import ProjectiveConfig
 from .ign import IGN, as_trained, ign_loss
 from .model import ProjectiveModel, projective_loss, random_directions
@@ -36,9 +36,8 @@ def build_model(cfg: ProjectiveConfig, channels: int | None = None) -> nn.Module
     net = build_network(cfg.network, channels, conditioned=False)
     # The U-Net conditioners always take a flag; one constant flag keeps g_x = g_y.
     flag = 1.0 if cfg.network.kind == "paper" else None
-    dim = channels * size * size
     cls = OrthogonalProjector if cfg.projector == "orthogonal" else ObliqueProjector
-    model = ProjectiveModel(net, cls(dim, cfg.rank), shape, flag)
+    model = ProjectiveModel(net, cls(channels * size * size, cfg.rank), shape, flag)
     model.memory_saving = cfg.network.memory_saving
     if not cfg.pca_init:
         model.basis_initialized.fill_(1)
@@ -80,12 +79,3 @@ class ProjectiveTask(ImageTask, kind=KIND, config=ProjectiveConfig):
 def run_config(run_dir: str | Path) -> ProjectiveConfig:
     """The resolved config of a projective run folder (one clear error if it is not one)."""
     return read_run_config(run_dir, expect=KIND)
-
-
-def load_projective_run(
-    run_dir: str | Path, *, use_ema: bool = True
-) -> tuple[nn.Module, ProjectiveConfig, int]:
-    """``(model, config, step)`` of a projective or IGN run:
-    :func:`~linearizer.training.runs.load_run`."""
-    run = load_run(run_dir, use_ema=use_ema, expect=KIND)
-    return run.model, run.config, run.step

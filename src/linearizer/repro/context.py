@@ -4,6 +4,7 @@ matrices, seeded noise, the test images and batched network passes."""
 from __future__ import annotations
 
 import copy
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ from torch import Tensor
 from ..flow.config import FlowConfig
 from ..flow.model import DATA, NOISE, OneStepFlow
 from ..flow.spec import SamplerSpec
+from ..metrics import lenet_features, load_classifier
+from ..metrics.classifier import lenet_view
 from .numbers import F64
 from .options import ReproOptions
 
@@ -37,27 +40,20 @@ class Context:
         self.cfg, self.step, self.run_dir, self.opts = cfg, step, Path(run_dir), opts
         self.test_images, self.test_labels = test
         self.image_shape = tuple(model.image_shape)
-        self._model64: OneStepFlow | None = None
-        self._classifier = None
         self.keep: dict[str, Any] = {}  # tensors the figures reuse
 
-    @property
+    @cached_property
     def model64(self) -> OneStepFlow:
         """A float64 copy of the model ("float64 end to end": networks, A and B)."""
-        if self._model64 is None:
-            self._model64 = copy.deepcopy(self.model).double().eval()
-        return self._model64
+        return copy.deepcopy(self.model).double().eval()
 
     def pick(self, precision: str) -> OneStepFlow:
         return self.model64 if precision == "float64" else self.model
 
-    @property
+    @cached_property
     def classifier(self):
-        if self._classifier is None:
-            from ..metrics import load_classifier
-
-            self._classifier = load_classifier(device=self.device)
-        return self._classifier
+        """The MNIST LeNet, loaded on first use."""
+        return load_classifier(device=self.device)
 
     @staticmethod
     def spec(steps: int, method: str = "euler", precision: str = "float64") -> SamplerSpec:
@@ -100,18 +96,10 @@ class Context:
             return (z0.to(dtype) @ model.one_step_matrix(spec).T).cpu()
         return model.integrate(z0, spec).cpu()
 
-    def for_lenet(self, images: Tensor) -> Tensor:
-        """Images as the LeNet reads them (:func:`~linearizer.metrics.classifier.lenet_view`)."""
-        from ..metrics.classifier import lenet_view
-
-        return lenet_view(images)
-
     def features(self, images: Tensor) -> Tensor:
-        from ..metrics import lenet_features
-
-        return lenet_features(self.for_lenet(images), self.classifier, self.opts.batch)
+        """LeNet features of ``images`` (read through ``lenet_view``, as the LeNet reads them)."""
+        return lenet_features(lenet_view(images), self.classifier, self.opts.batch)
 
 
 def _batched(fn, x: Tensor, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    outs = [fn(x[i : i + batch].to(device, dtype)).cpu() for i in range(0, len(x), batch)]
-    return torch.cat(outs)
+    return torch.cat([fn(b.to(device, dtype)).cpu() for b in x.split(batch)])

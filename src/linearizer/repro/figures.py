@@ -14,7 +14,7 @@ from ..report import new_figure, save_figure
 from ..training.tracking import read_metrics
 from .context import DATA, Context
 from .numbers import F64
-from .plots import amplified, caption, noise_view, show_images
+from .plots import amplified, caption, image_rows, noise_view, show_images
 
 
 def collapse_figure(ctx: Context, path: Path) -> Path:
@@ -53,10 +53,7 @@ def inversion_figure(ctx: Context, path: Path) -> Path:
         (f"|f(x0) - x1|\nwhite = {top:.1e}", diff),
     ]
     fig = new_figure(7, 4.4)
-    for r, (label, images) in enumerate(rows):
-        ax = fig.add_subplot(len(rows), 1, r + 1)
-        show_images(ax, images, nrow=len(images))
-        ax.set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
+    image_rows(fig, rows, nrow=len(inv["x1"]))
     caption(fig, (
         f"Inversion through B (Euler T={ctx.opts.steps}, float64): x0 = g_noise^-1(B^-1 "
         "g_data(x1)) is the noise whose one-step sample is x1 (shown as 0.5 + x0/6). The last row "
@@ -79,8 +76,7 @@ def interpolation_figure(ctx: Context, path: Path, steps: int = 10) -> Path:
     space of g_data, and as a pixel blend."""
     model = ctx.model64
     a, b = (x.to(ctx.device, F64) for x in _two_digits(ctx))
-    bmat = ctx.B(ctx.opts.steps, "euler", "float64")
-    x0 = model.invert(torch.cat([a, b]), bmat)
+    x0 = model.invert(torch.cat([a, b]), ctx.B(ctx.opts.steps, "euler", "float64"))
     alphas = torch.linspace(0, 1, steps, dtype=F64, device=ctx.device)
     noise_path = torch.stack([(1 - t) * x0[0] + t * x0[1] for t in alphas])
     by_noise = model.sample(noise_path, ctx.spec(ctx.opts.steps))
@@ -93,10 +89,7 @@ def interpolation_figure(ctx: Context, path: Path, steps: int = 10) -> Path:
         ("pixel blend", pixels),
     ]
     fig = new_figure(7.5, 3.2)
-    for r, (label, images) in enumerate(rows):
-        ax = fig.add_subplot(len(rows), 1, r + 1)
-        show_images(ax, images.cpu(), nrow=steps)
-        ax.set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
+    image_rows(fig, [(label, images.cpu()) for label, images in rows], nrow=steps)
     caption(fig, (
         "Interpolating between two real test images, alpha = 0 ... 1. Top: invert both to noise "
         "(through B^-1), blend the noise images linearly, sample in one step (the authors' "

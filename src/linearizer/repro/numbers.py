@@ -32,9 +32,7 @@ def max_abs_err(a: Tensor, b: Tensor) -> float:
 
 def finite(x: float | None) -> float | None:
     """JSON-safe number: ``inf`` (identical images) and NaN become None."""
-    if x is None or not math.isfinite(x):
-        return None
-    return float(x)
+    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def db(x: float | None) -> str:

@@ -45,4 +45,3 @@ class ReproOptions(Config):
             svd_k=min(self.svd_k, 8),
             kid_subsets=min(self.kid_subsets, 5),
         )
-

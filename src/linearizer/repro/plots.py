@@ -22,6 +22,14 @@ def show_images(ax, images: Tensor | np.ndarray, nrow: int, title: str = "") -> 
         ax.set_title(title, fontsize=8)
 
 
+def image_rows(fig: Figure, rows: list[tuple[str, Tensor]], nrow: int, fontsize: float = 7) -> None:
+    """One row of tiled images per ``(label, images)``, top to bottom, labelled on the left."""
+    for r, (label, images) in enumerate(rows):
+        ax = fig.add_subplot(len(rows), 1, r + 1)
+        show_images(ax, images, nrow=nrow)
+        ax.set_ylabel(label, fontsize=fontsize, rotation=0, ha="right", va="center")
+
+
 def noise_view(x: Tensor) -> Tensor:
     """Noise images for display: ``0.5 + x / 6`` maps [-3, 3] (three sigma) onto [0, 1]."""
     return (0.5 + x.float() / 6).clamp(0, 1)

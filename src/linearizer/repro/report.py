@@ -49,10 +49,6 @@ def _set_row(name: str, s: dict) -> list[str]:
     return [name, fid, kid, f"{cl['mean_max_prob']:.3f}", str(cl["class_histogram"])]
 
 
-def claims_table(claims: dict[str, dict]) -> str:
-    return markdown_table(COLUMNS, rows(claims))
-
-
 def terminal_table(claims: dict[str, dict]) -> str:
     """One block per claim: name and verdict, then the three figures."""
     width = max(len(n) for n in claims)
@@ -177,7 +173,7 @@ def claims_report(results: dict) -> str:
     walls = [f"- {k}: {v:.1f} s" for k, v in results["timings"].items()]
     return render_report(
         TITLE, run,
-        section("Claims", claims_table(claims), sizes, summary(claims)),
+        section("Claims", markdown_table(COLUMNS, rows(claims)), sizes, summary(claims)),
         section("Thresholds", [f"- `{k}`: {v:g}" for k, v in THRESHOLDS.items()]),
         section("Details", *(_details(name, c) for name, c in claims.items())),
         section("Deviations from the paper",

@@ -158,19 +158,14 @@ def run_repro(
 
     loaded = load_run(run, expect="flow")
     model, cfg, step = loaded.model, loaded.config, loaded.step
-    ema = _has_ema(run)
     ctx = Context(model, cfg, step, run, opts, load_images(cfg, "test"), device)
     timings: dict[str, float] = {}
     claims: dict[str, dict] = {}
     with torch.no_grad():
         for name, fn in CLAIMS.items():
-            if fn is claim_generation:
-                train_images = load_images(cfg, "train")[0]
-                result = _timed(timings, name, log, fn, ctx, train_images)
-            else:
-                result = _timed(timings, name, log, fn, ctx)
-            result["wall_s"] = timings[name]
-            claims[name] = result
+            train_images = (load_images(cfg, "train")[0],) if fn is claim_generation else ()
+            result = _timed(timings, name, log, fn, ctx, *train_images)
+            claims[name] = {**result, "wall_s": timings[name]}
             log(f"[repro] {name}: {result['measured']} -> {result['verdict']}")
         staging = out / ".figures.partial"
         shutil.rmtree(staging, ignore_errors=True)
@@ -183,7 +178,7 @@ def run_repro(
         "format": "linearizer.repro/1",
         "run": _run_name(target, run)[0],
         "step": step,
-        "ema": ema,
+        "ema": _has_ema(run),
         "config": cfg.to_dict(),
         "options": opts.to_dict(),
         # the samplers every claim is measured with: the authors' grid, the trained map alone
@@ -277,14 +272,12 @@ def train_command(saved: dict, run: Path) -> str:
     ``--set`` for every key that differs from it."""
     from ..training.config import get_preset
 
-    best: tuple[int, str, list[str]] | None = None
+    diffs = {}
     for name in preset_names("flow"):
         ref = get_preset("flow", name).to_dict()
-        diff = [f"{k}={_cli_value(v)}" for k, v in saved.items() if ref.get(k) != v]
-        if best is None or len(diff) < best[0]:
-            best = (len(diff), name, diff)
-    _, name, diff = best
-    sets = "".join(f" --set {d}" for d in diff)
+        diffs[name] = [f"{k}={_cli_value(v)}" for k, v in saved.items() if ref.get(k) != v]
+    name = min(diffs, key=lambda n: len(diffs[n]))
+    sets = "".join(f" --set {d}" for d in diffs[name])
     return f"linearizer train flow --preset {name}{sets} --out {run}"
 
 

@@ -26,9 +26,8 @@ from ..flow.model import DATA, NOISE, OneStepFlow
 from ..flow.spec import SamplerSpec, sample_spec
 from ..io import write_json
 from ..report import new_figure, save_figure
-from .plots import caption, noise_view, show_images
-
-F64 = torch.float64
+from .numbers import F64
+from .plots import caption, image_rows, noise_view
 
 
 @dataclass
@@ -130,10 +129,7 @@ def plot_directions(result: GeneratorSVD, path: str | Path) -> Path:
     ]
     k = result.k
     fig = new_figure(max(6.0, 0.55 * (k + 1)), 3.6)
-    for r, (label, images) in enumerate(rows):
-        ax = fig.add_subplot(len(rows), 1, r + 1)
-        show_images(ax, images, nrow=k + 1)
-        ax.set_ylabel(label, fontsize=6.5, rotation=0, ha="right", va="center")
+    image_rows(fig, rows, nrow=k + 1, fontsize=6.5)
     sig = ", ".join(f"{float(s):.3g}" for s in result.sigma[: min(k, 6)])
     caption(fig, (
         f"Top-{k} induced singular directions of the one-step generator f = L(g_noise, B, g_data), "

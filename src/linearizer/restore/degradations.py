@@ -95,8 +95,7 @@ class Degradation:
         """``y = H(x) + sigma * n`` with ``n`` drawn from ``gen``."""
         y = self.H(x)
         if self.sigma > 0:
-            n = torch.randn(y.shape, generator=gen, dtype=torch.float64).to(y)
-            y = y + self.sigma * n
+            y = y + self.sigma * torch.randn(y.shape, generator=gen, dtype=torch.float64).to(y)
         return y
 
     def consistency_step(self, x: Tensor, y: Tensor, weight: float = 1.0) -> Tensor:
@@ -171,8 +170,7 @@ class AvgPool(Degradation):
         return torch.nn.functional.avg_pool2d(x, self.factor)
 
     def Ht(self, y: Tensor) -> Tensor:
-        s = self.factor
-        return y.repeat_interleave(s, -2).repeat_interleave(s, -1) / (s * s)
+        return self.pinv(y) / (self.factor * self.factor)
 
     def pinv(self, y: Tensor) -> Tensor:
         s = self.factor
@@ -224,9 +222,8 @@ class Blur(Degradation):
     def H_tau(self, x: Tensor) -> Tensor:
         """The truncated blur whose exact pseudo-inverse :meth:`pinv` is."""
         h = self._spec(x)
-        return self._apply(
-            x, torch.where(h.abs() > self.tau * h.abs().max(), h, torch.zeros_like(h))
-        )
+        keep = h.abs() > self.tau * h.abs().max()
+        return self._apply(x, torch.where(keep, h, torch.zeros_like(h)))
 
     def model_residual(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         # In the linear variable: H_tau x against H_tau H^+ y (= the observed part of Bx).

@@ -27,6 +27,7 @@ from ..flow.spec import SamplerSpec
 from .degradations import Degradation
 from .solvers import (
     CoordPrior,
+    History,
     InducedOperator,
     alternating,
     consistency,
@@ -89,25 +90,14 @@ class Prior:
 
         flow = self.flow
         b = flow.one_step_matrix(self.flow_spec).to(torch.float32)
-
-        def f(z: Tensor) -> Tensor:
-            return flow.decode(flow.encode(z, NOISE) @ b.T, DATA)
-
-        return f
-
-
-NOISELESS_LAM = 0.003
+        return lambda z: flow.decode(flow.encode(z, NOISE) @ b.T, DATA)
 
 
 def noise_weight(sigma: float) -> float:
     """``lam`` of the noise optimisation: ``sigma^2`` with measurement noise (the MAP weight for
     a unit-Gaussian ``z``), else 0.003 (chosen among 0.001, 0.01, 0.1, 1 on 20 *training*
     digits: 0.001 was best for sr4, 0.01 for box inpainting)."""
-    return float(sigma**2) if sigma > 0 else NOISELESS_LAM
-
-
-def _slices(n: int, size: int) -> list[slice]:
-    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+    return float(sigma**2) if sigma > 0 else 0.003
 
 
 def batched(model: nn.Module, x: Tensor) -> Tensor:
@@ -158,6 +148,9 @@ def restore(
         outs[name] = fn().detach()
         secs[name] = (time.perf_counter() - t0) / len(outs[name])
 
+    def alt(k: int) -> tuple[Tensor, Tensor, History]:
+        return alternating(prior.P, deg, y, iters=k, weight=weight, check_idempotence=False)
+
     x_pinv = deg.pinv(y)
     if "pinv" in methods:
         timed("pinv", lambda: deg.pinv(y))
@@ -179,21 +172,13 @@ def restore(
 
         timed("noise-opt", run_noise)
     if "ddnm" in methods:
-        timed(
-            "ddnm",
-            lambda: alternating(prior.P, deg, y, iters=1, weight=weight, check_idempotence=False)[
-                0
-            ],
-        )
+        timed("ddnm", lambda: alt(1)[0])
     prior_point = None
     if "alternating" in methods or "induced-rns" in methods or "range-map" in methods:
 
         def run_alt() -> Tensor:
             nonlocal prior_point
-            x, p, hist = alternating(
-                prior.P, deg, y, iters=iters, weight=weight, check_idempotence=False
-            )
-            prior_point = p
+            x, prior_point, hist = alt(iters)
             extras["history"] = hist.as_dict()
             return x
 
@@ -201,8 +186,7 @@ def restore(
         alt_secs = secs["alternating"]
         # Idempotence of P along the iterations, on a sub-batch (one more P per iteration).
         k = min(n, 100)
-        sub = deg.select(slice(0, k))
-        _, _, h2 = alternating(prior.P, sub, y[:k], iters=iters, weight=weight)
+        _, _, h2 = alternating(prior.P, deg.select(slice(0, k)), y[:k], iters=iters, weight=weight)
         extras["history"]["idempotence_max"] = h2.idempotence_max
         if "alternating" not in methods:
             del outs["alternating"], secs["alternating"]
@@ -212,7 +196,8 @@ def restore(
             c0 = prior.coords(prior_point)
             noise_var = prior.prior_mse + deg.sigma**2
             xs, traces = [], []
-            for sl in _slices(n, BATCH):
+            for i in range(0, n, BATCH):
+                sl = slice(i, i + BATCH)
                 x, tr = range_map(
                     prior.decode_coords,
                     deg.select(sl),
@@ -225,8 +210,7 @@ def restore(
                 xs.append(x)
                 traces.append(tr)
             extras["map_trace"] = [sum(t) / len(t) for t in zip(*traces, strict=True)]
-            x = torch.cat(xs)
-            return deg.consistency_step(x, y, weight)
+            return deg.consistency_step(torch.cat(xs), y, weight)
 
         timed("range-map", run_map)
         secs["range-map"] += alt_secs
@@ -243,6 +227,17 @@ def restore(
     return outs, secs, extras
 
 
+def consistency_scores(x: Tensor, deg: Degradation, y: Tensor) -> dict[str, float]:
+    """``consistency_max``/``_mean`` (``|H x - y| / |y|``) and ``model_consistency_max``."""
+    c = consistency(deg, x, y)
+    r, ref = deg.model_residual(x, y)
+    return {
+        "consistency_max": float(c.max()),
+        "consistency_mean": float(c.mean()),
+        "model_consistency_max": float(rel_norm(r, ref).max()),
+    }
+
+
 @torch.no_grad()
 def score(
     x: Tensor,
@@ -257,15 +252,10 @@ def score(
     from ..metrics import accuracy, fid_from_features, lenet_features, psnr, ssim
 
     shown = x.clamp(0, 1).float()
-    c = consistency(deg, x, y)
-    r, ref = deg.model_residual(x, y)
-    mc = rel_norm(r, ref)
     return {
         "psnr": float(psnr(shown, truth)),
         "ssim": float(ssim(shown, truth)),
         "lenet_accuracy": accuracy(lenet, shown, labels),
-        "consistency_max": float(c.max()),
-        "consistency_mean": float(c.mean()),
-        "model_consistency_max": float(mc.max()),
+        **consistency_scores(x, deg, y),
         "fid_lenet": fid_from_features(lenet_features(shown, lenet), ref_features),
     }

@@ -22,9 +22,9 @@ from ..errors import LinearizerError
 from ..io import write_json, write_text
 from ..report import markdown_table, render_report, section
 from .degradations import TASKS, Degradation, make_degradation
-from .evaluate import EXACT, METHODS, Prior, prior_mse, restore, score
+from .evaluate import EXACT, METHODS, Prior, consistency_scores, prior_mse, restore, score
 from .figures import save_residuals, save_strip_figure
-from .solvers import fit_induced_operator, observed_rank
+from .solvers import fit_coord_prior, fit_induced_operator, observed_rank
 
 LABELS = {
     "pinv": "H⁺y",
@@ -40,8 +40,6 @@ LABELS = {
 
 def prepare_prior(prior: Prior, train: Tensor) -> None:
     """The prior's error scale and its coordinates' Gaussian, from the first 2,000 ``train``."""
-    from .solvers import fit_coord_prior
-
     prior.prior_mse = prior_mse(prior.ours, train[:2000])
     prior.coord_prior = fit_coord_prior(prior.coords, train[:2000])
 
@@ -94,10 +92,6 @@ def run_task(
             induced_fit_error=induced.fit_error,
             induced_fit_seconds=time.perf_counter() - t0,
         )
-
-    def progress(name: str) -> None:
-        log(f"  {task}: {name}")
-
     outs, secs, extras = restore(
         prior,
         deg,
@@ -108,7 +102,7 @@ def run_task(
         noise_n=noise_n,
         map_steps=map_steps,
         induced=induced,
-        progress=progress,
+        progress=lambda name: log(f"  {task}: {name}"),
     )
     info["data_weight"] = extras["weight"]
     if "noise_lam" in extras:
@@ -120,9 +114,7 @@ def run_task(
         k = len(x)  # the noise optimisation may run on the first noise_n only
         sub = deg.select(slice(0, k))
         scores = score_or_partial(x, truth[:k], labels[:k], sub, y[:k], lenet, ref_features)
-        scores["n"] = k
-        scores["seconds_per_image"] = secs[name]
-        res[name] = scores
+        res[name] = {**scores, "n": k, "seconds_per_image": secs[name]}
     res["observation"] = score_or_partial(
         shown_observation(deg, y), truth, labels, deg, y, lenet, ref_features, consistency=False
     )
@@ -135,26 +127,10 @@ def score_or_partial(x, truth, labels, deg, y, lenet, ref_features, consistency=
 
     if lenet is not None:
         s = score(x, truth, labels, deg, y, lenet, ref_features)
-    else:
-        shown = x.clamp(0, 1).float()
-        s = {"psnr": float(psnr(shown, truth)), "ssim": float(ssim(shown, truth))}
-        if consistency:
-            s.update(score_consistency(x, deg, y))
-    if not consistency:
-        s = {k: v for k, v in s.items() if "consistency" not in k}
-    return s
-
-
-def score_consistency(x: Tensor, deg: Degradation, y: Tensor) -> dict[str, float]:
-    from .solvers import consistency, rel_norm
-
-    c = consistency(deg, x, y)
-    r, ref = deg.model_residual(x, y)
-    return {
-        "consistency_max": float(c.max()),
-        "consistency_mean": float(c.mean()),
-        "model_consistency_max": float(rel_norm(r, ref).max()),
-    }
+        return s if consistency else {k: v for k, v in s.items() if "consistency" not in k}
+    shown = x.clamp(0, 1).float()
+    s = {"psnr": float(psnr(shown, truth)), "ssim": float(ssim(shown, truth))}
+    return s | consistency_scores(x, deg, y) if consistency else s
 
 
 def restore_report(
@@ -187,12 +163,14 @@ def restore_report(
     t_start = time.perf_counter()
     prepare_prior(prior, train)
     n = len(truth)
-    lenet = ref = None
+    opts = {"iters": iters, "noise_steps": noise_steps, "noise_n": noise_n, "map_steps": map_steps}
+    lenet = ref = truth_fid = None
     if classifier:
-        from ..metrics import lenet_features, load_classifier
+        from ..metrics import fid_from_features, lenet_features, load_classifier
 
         lenet = load_classifier()
         ref = lenet_features(train[-10000:], lenet)
+        truth_fid = fid_from_features(lenet_features(truth, lenet), ref)
     results: dict[str, Any] = {"tasks": {}}
     for task in tasks:
         log(f"task {task} ({n} digits)")
@@ -205,30 +183,20 @@ def restore_report(
             ref_features=ref,
             fit_images=train[-fit_n:],
             seed=seed,
-            iters=iters,
-            noise_steps=noise_steps,
-            noise_n=noise_n,
-            map_steps=map_steps,
             log=log,
+            **opts,
         )
         results["tasks"][task] = res
         rows = {"truth": truth[:8], "observed": shown_observation(deg.select(slice(0, 8)), y[:8])}
         rows.update({LABELS[k]: outs[k][:8] for k in METHODS if k in outs})
         save_strip_figure(rows, out / f"strip_{task}.png", title=task)
     if lenet is not None:
-        from ..metrics import fid_from_features, lenet_features
-
-        results["reference"] = {
-            "fid_lenet_truth": fid_from_features(lenet_features(truth, lenet), ref)
-        }
+        results["reference"] = {"fid_lenet_truth": truth_fid}
     save_residuals(results["tasks"], out / "residuals.png")
     results["meta"] = {
         "n": n,
         "seed": seed,
-        "iters": iters,
-        "noise_steps": noise_steps,
-        "noise_n": noise_n,
-        "map_steps": map_steps,
+        **opts,
         "fit_n": fit_n,
         "prior_mse": prior.prior_mse,
         "runs": runs or {},

@@ -47,8 +47,7 @@ Map = Callable[[Tensor], Tensor]
 
 def rel_norm(a: Tensor, b: Tensor) -> Tensor:
     """``|a| / |b|`` per sample, in float64."""
-    na = a.flatten(1).double().norm(dim=1)
-    return na / b.flatten(1).double().norm(dim=1).clamp_min(1e-300)
+    return a.flatten(1).double().norm(dim=1) / b.flatten(1).double().norm(dim=1).clamp_min(1e-300)
 
 
 def consistency(deg: Degradation, x: Tensor, y: Tensor) -> Tensor:
@@ -58,9 +57,7 @@ def consistency(deg: Degradation, x: Tensor, y: Tensor) -> Tensor:
 
 def wiener_weight(prior_mse: float, sigma: float) -> float:
     """Weight of the data in a noisy consistency step: 1 without noise, ``e^2/(e^2+sigma^2)``."""
-    if sigma <= 0:
-        return 1.0
-    return float(prior_mse / (prior_mse + sigma**2))
+    return 1.0 if sigma <= 0 else float(prior_mse / (prior_mse + sigma**2))
 
 
 @dataclass
@@ -185,8 +182,7 @@ def range_null_induced(
 ) -> Tensor:
     """``g^-1(A_H^+ g(H^+ y) + (I - A_H^+ A_H) g(x_prior))`` followed by the exact pixel-space
     consistency step (relaxed by ``weight`` with noise)."""
-    w_obs = encode(deg.pinv(y)).double()
-    w = op.pinv(w_obs) + op.null(encode(x_prior))
+    w = op.pinv(encode(deg.pinv(y)).double()) + op.null(encode(x_prior))
     x = decode(w.to(y.dtype))
     return deg.consistency_step(x, y, weight)
 

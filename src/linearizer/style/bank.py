@@ -44,6 +44,7 @@ from ..operators.conv import apply_depthwise
 from ..operators.lora import SinusoidalEmbedding
 
 OPERATORS = ("depthwise", "channelmix")
+Weights = Mapping[str, float] | Sequence[float] | Tensor  # {name: w}, one per style, [S]/[B, S]
 
 
 # ----------------------------------------------------------------------------- latent views
@@ -127,14 +128,11 @@ class WeightedStyleOperator(LinearOperator):
         self.latent_shape = tuple(latent_shape)
         self.in_features = self.out_features = int(torch.tensor(latent_shape).prod())
 
-    def _images(self, z: Tensor) -> Tensor:
-        if z.dim() != 2 or z.shape[1] != self.in_features:
-            raise LinearizerError(f"expected latents [B, {self.in_features}], got {list(z.shape)}")
-        return z.reshape(z.shape[0], *self.latent_shape)
-
     # not `_apply`: that name is nn.Module's hook behind .to(), .double() and .cuda()
     def _act(self, z: Tensor, transpose: bool) -> Tensor:
-        x = self._images(z)
+        if z.dim() != 2 or z.shape[1] != self.in_features:
+            raise LinearizerError(f"expected latents [B, {self.in_features}], got {list(z.shape)}")
+        x = z.reshape(z.shape[0], *self.latent_shape)
         fn = apply_operator_transpose if transpose else apply_operator
         if self.mixes is None:
             kernel = torch.einsum("s,sckl->ckl", self.weights.to(x), self.kernels.to(x))
@@ -243,6 +241,17 @@ class StyleModel(ImageModel):
     def stylise(self, x: Tensor, style: int | str | Tensor) -> Tensor:  # pragma: no cover
         raise NotImplementedError
 
+    def forward(self, x: Tensor, style: int | str | Tensor) -> Tensor:
+        return self.stylise(x, style)
+
+    def _frames(self, x: Tensor, n: int) -> Tensor:
+        """The ``a`` values ``0 ... 1`` of an ``n``-frame interpolation of one image ``x``."""
+        if n < 2:
+            raise LinearizerError(f"an interpolation needs n >= 2 frames, got {n}")
+        if x.dim() != 4 or x.shape[0] != 1:
+            raise LinearizerError(f"interpolate takes one image [1, C, H, W], got {list(x.shape)}")
+        return torch.linspace(0, 1, n, dtype=x.dtype, device=x.device)
+
 
 class StyleBank(StyleModel):
     """One operator per style over a shared ``g``; exact mixing, strength and interpolation.
@@ -267,7 +276,7 @@ class StyleBank(StyleModel):
         )
 
     # -- weights -----------------------------------------------------------------------------
-    def weight_vector(self, weights: Mapping[str, float] | Sequence[float] | Tensor) -> Tensor:
+    def weight_vector(self, weights: Weights) -> Tensor:
         """``{name: w}`` (missing styles 0), a length-S sequence, or ``[S]``/``[B, S]``."""
         ref = self.kernels
         if isinstance(weights, Mapping):
@@ -315,19 +324,11 @@ class StyleBank(StyleModel):
         z = self.encode(x)
         return self.decode(self.latent_style(z, self._style_tensor(style, x.shape[0], x)))
 
-    def forward(self, x: Tensor, style: int | str | Tensor) -> Tensor:
-        return self.stylise(x, style)
-
-    def apply_weights(
-        self,
-        x: Tensor,
-        weights: Mapping[str, float] | Sequence[float] | Tensor,
-        identity: float | Tensor = 0.0,
-    ) -> Tensor:
+    def apply_weights(self, x: Tensor, weights: Weights, identity: float | Tensor = 0.0) -> Tensor:
         """``g_y^-1((sum_s w_s A_s + w_0 I) g_x(x))``."""
         return self.decode(self.latent_apply(self.encode(x), self.weight_vector(weights), identity))
 
-    def mix(self, x: Tensor, weights: Mapping[str, float] | Sequence[float] | Tensor) -> Tensor:
+    def mix(self, x: Tensor, weights: Weights) -> Tensor:
         """The mixture ``f_w = (+)_s w_s (.) f_s`` (weights need not sum to 1)."""
         return self.apply_weights(x, weights)
 
@@ -336,8 +337,7 @@ class StyleBank(StyleModel):
         share a flag), 1 the full style, above 1 an exaggeration."""
         vec = torch.zeros(len(self.styles), dtype=self.kernels.dtype, device=x.device)
         vec[self.style_index(style)] = 1.0
-        a = torch.as_tensor(alpha, dtype=x.dtype, device=x.device).reshape(-1)
-        a = a.expand(x.shape[0])
+        a = torch.as_tensor(alpha, dtype=x.dtype, device=x.device).reshape(-1).expand(x.shape[0])
         return self.apply_weights(x, a[:, None] * vec[None], 1.0 - a)
 
     def interpolate(
@@ -345,11 +345,7 @@ class StyleBank(StyleModel):
     ) -> tuple[Tensor, Tensor]:
         """``n`` frames of ``(1 - a) A_start + a A_end`` for ``a = 0 ... 1`` (``x`` one image);
         returns the frames ``[n, C, H, W]`` and the ``a`` values."""
-        if n < 2:
-            raise LinearizerError(f"an interpolation needs n >= 2 frames, got {n}")
-        if x.dim() != 4 or x.shape[0] != 1:
-            raise LinearizerError(f"interpolate takes one image [1, C, H, W], got {list(x.shape)}")
-        alphas = torch.linspace(0, 1, n, dtype=x.dtype, device=x.device)
+        alphas = self._frames(x, n)
         w = torch.zeros(n, len(self.styles), dtype=x.dtype, device=x.device)
         w[:, self.style_index(start)] += 1 - alphas
         w[:, self.style_index(end)] += alphas
@@ -358,28 +354,18 @@ class StyleBank(StyleModel):
 
     # -- as a Linearizer ---------------------------------------------------------------------
     def operator(
-        self,
-        weights: Mapping[str, float] | Sequence[float] | Tensor,
-        identity: float,
-        image_size: tuple[int, int],
+        self, weights: Weights, identity: float, image_size: tuple[int, int]
     ) -> WeightedStyleOperator:
         """The fixed operator ``sum_s w_s A_s + w_0 I`` on latents of ``image_size`` images."""
         vec = self.weight_vector(weights)
         if vec.dim() != 1:
             raise LinearizerError("operator() takes one weight per style ([S]), not a batch")
-        h, w = image_size
-        shape = (
-            (self.latent_channels, h // 2, w // 2)
-            if self.latent_squeeze
-            else (self.latent_channels, h, w)
-        )
+        r = 2 if self.latent_squeeze else 1
+        shape = (self.latent_channels, image_size[0] // r, image_size[1] // r)
         return WeightedStyleOperator(self.kernels, self.mixes, vec, identity, shape)
 
     def linearizer(
-        self,
-        weights: Mapping[str, float] | Sequence[float] | Tensor | str,
-        image_size: tuple[int, int],
-        identity: float = 0.0,
+        self, weights: Weights | str, image_size: tuple[int, int], identity: float = 0.0
     ) -> Linearizer:
         """The style (or mixture) as a :class:`Linearizer` (pseudo-inverse, transpose, SVD ...)."""
         if isinstance(weights, str):
@@ -445,18 +431,11 @@ class IndexStyleNet(StyleModel):
     def stylise(self, x: Tensor, style: int | str | Tensor) -> Tensor:
         return self.at_index(x, self._style_tensor(style, x.shape[0], x).to(x.dtype))
 
-    def forward(self, x: Tensor, style: int | str | Tensor) -> Tensor:
-        return self.stylise(x, style)
-
     def interpolate(
         self, x: Tensor, start: int | str, end: int | str, n: int
     ) -> tuple[Tensor, Tensor]:
         """The authors' interpolation: index ``t = (1 - a) s_start + a s_end``."""
-        if n < 2:
-            raise LinearizerError(f"an interpolation needs n >= 2 frames, got {n}")
-        if x.dim() != 4 or x.shape[0] != 1:
-            raise LinearizerError(f"interpolate takes one image [1, C, H, W], got {list(x.shape)}")
-        alphas = torch.linspace(0, 1, n, dtype=x.dtype, device=x.device)
+        alphas = self._frames(x, n)
         s0, s1 = self.style_index(start), self.style_index(end)
         return self.at_index(x.expand(n, -1, -1, -1), (1 - alphas) * s0 + alphas * s1), alphas
 

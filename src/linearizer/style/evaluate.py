@@ -53,12 +53,14 @@ def weight_cases(n_styles: int, seed: int = 0) -> list[tuple[str, list[float], f
     1.5, an extrapolation ``1.5 A_0 - 0.5 A_1``, and random signed weights, whose images lie far
     from the training images, where ``g`` is least well conditioned.
     """
+
+    def weights(entries: dict[int, float]) -> list[float]:
+        return [entries.get(i, 0.0) for i in range(n_styles)]
+
     cases = []
     for i, j in itertools.combinations(range(n_styles), 2):
         for a in ALPHAS:
-            w = [0.0] * n_styles
-            w[i], w[j] = a, 1 - a
-            cases.append((f"pair {i},{j} a={a}", w, 0.0, True))
+            cases.append((f"pair {i},{j} a={a}", weights({i: a, j: 1 - a}), 0.0, True))
     gen = torch.Generator().manual_seed(seed)
     for k in range(3):
         w = -torch.log(torch.rand(n_styles, generator=gen, dtype=torch.float64))
@@ -67,13 +69,9 @@ def weight_cases(n_styles: int, seed: int = 0) -> list[tuple[str, list[float], f
     cases.append(("signed", (0.5 * signed).tolist(), 0.3, False))
     for i in range(n_styles):
         for a in (0.5, 1.5):
-            w = [0.0] * n_styles
-            w[i] = a
-            cases.append((f"strength {i} a={a}", w, 1 - a, a <= 1))
+            cases.append((f"strength {i} a={a}", weights({i: a}), 1 - a, a <= 1))
     if n_styles >= 2:
-        w = [0.0] * n_styles
-        w[0], w[1] = 1.5, -0.5
-        cases.append(("extrapolation 0,1", w, 0.0, False))
+        cases.append(("extrapolation 0,1", weights({0: 1.5, 1: -0.5}), 0.0, False))
     return cases
 
 
@@ -98,10 +96,7 @@ def mixing_errors(bank: StyleBank, x: Tensor, dtype: torch.dtype = torch.float32
     by_style = dict.fromkeys(model.styles, 0.0)
     for label, w, w0, is_convex in weight_cases(len(model.styles)):
         lhs = model.apply_weights(x, w, w0)
-        coeffs, vecs = list(w), list(singles)
-        if w0:
-            coeffs.append(w0)
-            vecs.append(plain)
+        coeffs, vecs = ([*w, w0], [*singles, plain]) if w0 else (w, singles)
         err = _rel(lhs, space.lincomb(coeffs, vecs))
         (convex if is_convex else general).append((err, label))
         if is_convex:
@@ -135,27 +130,23 @@ def kernel_linearity_error(bank: StyleBank, x: Tensor, dtype: torch.dtype = torc
     return _rel(combined, separate)
 
 
+def _scores(y: Tensor, t: Tensor) -> dict[str, float]:
+    y, t = y.double(), t.double()
+    return {"psnr": round(float(psnr(y, t)), 3), "ssim": round(float(ssim(y, t)), 4)}
+
+
 @torch.no_grad()
 def fidelity(model: StyleModel, data: StyleData) -> dict[str, dict[str, float]]:
     """PSNR (dB) and SSIM of ``f_s(content)`` to each style's targets, averaged over contents."""
-    out = {}
-    for s, name in enumerate(data.style_names):
-        y = model.stylise(data.contents, s).clamp(0, 1).double()
-        t = data.targets[s].double()
-        out[name] = {"psnr": round(float(psnr(y, t)), 3), "ssim": round(float(ssim(y, t)), 4)}
-    return out
+    return {
+        name: _scores(model.stylise(data.contents, s).clamp(0, 1), data.targets[s])
+        for s, name in enumerate(data.style_names)
+    }
 
 
 def identity_fidelity(data: StyleData) -> dict[str, dict[str, float]]:
     """The floor: the content image itself scored against each target."""
-    x = data.contents.double()
-    return {
-        name: {
-            "psnr": round(float(psnr(x, data.targets[s].double())), 3),
-            "ssim": round(float(ssim(x, data.targets[s].double())), 4),
-        }
-        for s, name in enumerate(data.style_names)
-    }
+    return {name: _scores(data.contents, t) for name, t in zip(data.style_names, data.targets)}
 
 
 @torch.no_grad()
@@ -246,9 +237,7 @@ def mixing_pictures(
     pictures = bank.decode(bank.latent_apply(z, weights))
     _save(pictures, out_dir, "mix_grid", grid, fmt, written)
     alphas = torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5])
-    rows = []
-    for name in bank.styles:
-        rows.append(bank.strength(x.expand(len(alphas), -1, -1, -1), name, alphas))
+    rows = [bank.strength(x.expand(len(alphas), -1, -1, -1), name, alphas) for name in bank.styles]
     _save(torch.cat(rows), out_dir, "strength", len(alphas), fmt, written)
     return written
 

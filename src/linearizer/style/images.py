@@ -65,10 +65,9 @@ def _skimage_array(name: str) -> np.ndarray:
             "gravel, brick, rocket)"
         )
     try:
-        array = np.asarray(loader())
+        return np.asarray(loader())
     except Exception as e:  # images that need a download (pooch) fail here, offline
         raise LinearizerError(f"skimage:{name} cannot be loaded offline: {e}") from None
-    return array
 
 
 def _file_array(path: Path) -> np.ndarray:

@@ -250,9 +250,8 @@ def stylise(
             _relative(feats[i], content_feats[i].expand_as(feats[i]), (1, 2, 3)).mean()
             for i in layers
         )
-        tv = (x[..., 1:, :] - x[..., :-1, :]).pow(2).mean() + (x[..., 1:] - x[..., :-1]).pow(
-            2
-        ).mean()
+        dy, dx = x[..., 1:, :] - x[..., :-1, :], x[..., 1:] - x[..., :-1]
+        tv = dy.pow(2).mean() + dx.pow(2).mean()
         loss = style + settings.content_weight * cont + settings.tv_weight * tv
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -23,7 +23,6 @@ from ..io import read_json, write_json
 from ..metrics import psnr
 from ..training.image_task import ImageTask
 from ..training.random_streams import StepRandom
-from ..training.runs import read_run_config
 from .bank import StyleModel, build_style_model
 from .config import StyleConfig
 from .images import SKIMAGE_PREFIX, image_name, list_images, load_image
@@ -39,15 +38,6 @@ class StyleData:
     style_names: list[str]
 
 
-def _manifest_order(root: Path) -> list[str]:
-    """The style order of a ``targets.json`` written by ``linearizer style targets`` (if any)."""
-    path = root / "targets.json"
-    if not path.is_file():
-        return []
-    styles = read_json(path).get("styles")
-    return [str(s) for s in styles] if isinstance(styles, dict) else []
-
-
 def discover_styles(styles_dir: str | Path, content_names: list[str]) -> dict[str, dict[str, Path]]:
     """``{style: {content name: target file}}`` from a styles folder (see the module docs)."""
     root = Path(styles_dir)
@@ -60,9 +50,11 @@ def discover_styles(styles_dir: str | Path, content_names: list[str]) -> dict[st
         files = {p.stem: p for p in list_images(sub)}
         if files:
             found[sub.name] = files
-    order = _manifest_order(root)
-    if order and found:
-        found = {s: found[s] for s in [*order, *sorted(found)] if s in found}
+    # the style order of a targets.json written by `linearizer style targets`, if any
+    manifest = root / "targets.json"
+    order = read_json(manifest).get("styles") if manifest.is_file() else None
+    if isinstance(order, dict) and order and found:
+        found = {s: found[s] for s in [*map(str, order), *sorted(found)] if s in found}
     if not found:
         flat = list_images(root)
         if flat and len(content_names) == 1:
@@ -210,8 +202,3 @@ class StyleTask(ImageTask, kind="style", config=StyleConfig):
             {"styles": data.style_names, "contents": data.content_names},
         )
         return {"samples": path, **scores}
-
-
-def run_config(run_dir: str | Path) -> StyleConfig:
-    """The resolved config of a style run folder (one clear error if it is not one)."""
-    return read_run_config(run_dir, expect="style")

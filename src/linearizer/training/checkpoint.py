@@ -77,9 +77,6 @@ def sidecar(path: str | Path) -> Path:
     return Path(path).with_suffix(".json")
 
 
-# ----------------------------------------------------------------------------- model identity
-
-
 def model_signature(model: nn.Module) -> str:
     """Hash of the model's state-entry names and shapes: equal iff checkpoints are swappable."""
     lines = [f"{k}:{tuple(v.shape)}" for k, v in sorted(model.state_dict().items())]
@@ -88,6 +85,12 @@ def model_signature(model: nn.Module) -> str:
 
 def shape_table(model: nn.Module) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def model_identity(model: nn.Module) -> dict[str, Any]:
+    """The signature and shape table that checkpoints and model folders record."""
+    shapes = {k: list(v) for k, v in shape_table(model).items()}
+    return {"model_signature": model_signature(model), "model_shapes": shapes}
 
 
 def _first_difference(expected: dict[str, tuple], found: dict[str, tuple]) -> str:
@@ -99,9 +102,6 @@ def _first_difference(expected: dict[str, tuple], found: dict[str, tuple]) -> st
         if expected[name] != found[name]:
             return f"'{name}' is {found[name]} there, {expected[name]} here"
     return "entry names and shapes agree"
-
-
-# ----------------------------------------------------------------------------- tensor packing
 
 
 def dedupe(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]:
@@ -131,24 +131,12 @@ def dedupe(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]
     return unique, aliases
 
 
-def _with_aliases(tensors: dict[str, Tensor], aliases: dict[str, str]) -> dict[str, Tensor]:
-    out = dict(tensors)
-    for alias, canonical in aliases.items():
-        if canonical not in tensors:
-            raise LinearizerError(f"checkpoint alias {alias} -> {canonical}: target missing")
-        out[alias] = tensors[canonical]
-    return out
-
-
 def _prefixed(prefix: str, tensors: dict[str, Tensor]) -> dict[str, Tensor]:
     return {f"{prefix}{k}": v for k, v in tensors.items()}
 
 
 def _section(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
     return {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-
-
-# ----------------------------------------------------------------------------- optimizer
 
 
 def _optimizer_pack(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict]:
@@ -165,14 +153,13 @@ def _optimizer_pack(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor]
                 raise LinearizerError(
                     f"optimizer state {key!r} of type {type(value).__name__} is not storable"
                 )
-    groups = []
-    for group in sd["param_groups"]:
-        clean = {}
-        for key, value in group.items():
-            if isinstance(value, Tensor):
-                value = value.tolist()
-            clean[key] = list(value) if isinstance(value, tuple) else value
-        groups.append(clean)
+    groups = [
+        {
+            k: v.tolist() if isinstance(v, Tensor) else list(v) if isinstance(v, tuple) else v
+            for k, v in group.items()
+        }
+        for group in sd["param_groups"]
+    ]
     meta = {"class": type(optimizer).__name__, "param_groups": groups, "scalars": scalars}
     return tensors, meta
 
@@ -190,29 +177,22 @@ def _optimizer_unpack(
         state.setdefault(int(index), {})[name] = value
     for index, values in meta.get("scalars", {}).items():
         state.setdefault(int(index), {}).update(values)
-    groups = []
-    for group in meta["param_groups"]:
-        group = dict(group)
-        if isinstance(group.get("betas"), list):
-            group["betas"] = tuple(group["betas"])
-        groups.append(group)
+    groups = [
+        {**g, "betas": tuple(g["betas"])} if isinstance(g.get("betas"), list) else dict(g)
+        for g in meta["param_groups"]
+    ]
     try:
         optimizer.load_state_dict({"state": state, "param_groups": groups})
     except (ValueError, KeyError, RuntimeError) as e:
         raise LinearizerError(f"optimizer state does not fit this model: {e}") from None
 
 
-# ----------------------------------------------------------------------------- RNG
-
-
 def capture_rng() -> tuple[dict[str, Tensor], dict]:
     """Global RNG states (torch CPU and CUDA, numpy, Python) as tensors + JSON."""
     tensors = {"torch_cpu": torch.get_rng_state()}
-    n_cuda = 0
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states = torch.cuda.get_rng_state_all()
-        n_cuda = len(states)
-        tensors.update({f"cuda.{i}": s for i, s in enumerate(states)})
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    states = torch.cuda.get_rng_state_all() if cuda else []
+    tensors.update({f"cuda.{i}": s for i, s in enumerate(states)})
     name, keys, pos, has_gauss, cached = np.random.get_state()
     tensors["numpy"] = torch.from_numpy(np.asarray(keys, dtype=np.int64))
     version, words, gauss_next = random.getstate()
@@ -220,7 +200,7 @@ def capture_rng() -> tuple[dict[str, Tensor], dict]:
     meta = {
         "numpy": [name, int(pos), int(has_gauss), float(cached)],
         "python": [version, gauss_next],
-        "cuda_devices": n_cuda,
+        "cuda_devices": len(states),
     }
     return tensors, meta
 
@@ -235,9 +215,6 @@ def restore_rng(tensors: dict[str, Tensor], meta: dict) -> None:
     np.random.set_state((name, keys, int(pos), int(has_gauss), float(cached)))
     version, gauss_next = meta["python"]
     random.setstate((version, tuple(int(w) for w in tensors["python"].tolist()), gauss_next))
-
-
-# ----------------------------------------------------------------------------- save
 
 
 def save_checkpoint(
@@ -269,8 +246,7 @@ def save_checkpoint(
         "model_kind": model_kind,
         "library_version": __version__,
         "torch_version": torch.__version__,
-        "model_signature": model_signature(model),
-        "model_shapes": {k: list(v) for k, v in shape_table(model).items()},
+        **model_identity(model),
         "model_aliases": aliases,
         "config": config,
         "extra": extra or {},
@@ -321,21 +297,13 @@ def prune(run_dir: str | Path, keep_last: int) -> None:
     keep = set(committed[-keep_last:])
     if not keep:
         return
-    newest = max(keep)
-    for step in sorted(on_disk):
-        if step in keep or step > newest:
-            continue
+    for step in sorted(s for s in on_disk if s < max(keep) and s not in keep):
         path = checkpoint_path(run_dir, step)
         for victim in (sidecar(path), path):
             try:
-                victim.unlink()
-            except FileNotFoundError:
-                pass
+                victim.unlink(missing_ok=True)
             except OSError as e:
                 warnings.warn(f"could not delete old checkpoint {victim}: {e}", stacklevel=2)
-
-
-# ----------------------------------------------------------------------------- verify / find
 
 
 def _resolve(path: str | Path) -> Path:
@@ -373,11 +341,8 @@ def verify_checkpoint(path: str | Path) -> tuple[dict, bytes]:
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Tensors paths of checkpoints whose two files both exist, oldest first (not verified)."""
     on_disk = _steps_on_disk(run_dir)
-    return [
-        checkpoint_path(run_dir, s)
-        for s in sorted(on_disk)
-        if on_disk[s] == {"json", "safetensors"}
-    ]
+    steps = sorted(s for s, kinds in on_disk.items() if kinds == {"json", "safetensors"})
+    return [checkpoint_path(run_dir, s) for s in steps]
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -415,9 +380,6 @@ def unusable_checkpoints(run_dir: str | Path) -> list[str]:
     return problems
 
 
-# ----------------------------------------------------------------------------- load
-
-
 def read_checkpoint(path: str | Path) -> tuple[dict, dict[str, Tensor]]:
     """Verified JSON and all tensors of a checkpoint (no model needed)."""
     from safetensors.torch import load as from_bytes
@@ -445,13 +407,21 @@ def check_compatible(meta: dict, model: nn.Module, model_kind: str | None, name:
         )
 
 
-def _load_model(model: nn.Module, tensors: dict[str, Tensor], aliases: dict[str, str]) -> None:
-    state = _with_aliases(tensors, aliases)
+def load_state(
+    model: nn.Module, tensors: dict[str, Tensor], aliases: dict[str, str], what: str = "checkpoint"
+) -> None:
+    """Load ``tensors`` strictly, each ``alias`` filled from its canonical tensor (see
+    :func:`dedupe`); a mismatch is a one-line error naming ``what``."""
+    state = dict(tensors)
+    for alias, canonical in aliases.items():
+        if canonical not in tensors:
+            raise LinearizerError(f"{what} alias {alias} -> {canonical}: target missing")
+        state[alias] = tensors[canonical]
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:
         first = str(e).strip().splitlines()[-1].strip()
-        raise LinearizerError(f"checkpoint weights do not fit the model: {first}") from None
+        raise LinearizerError(f"{what} weights do not fit the model: {first}") from None
 
 
 def load_checkpoint(
@@ -467,7 +437,7 @@ def load_checkpoint(
     path = _resolve(path)
     meta, tensors = read_checkpoint(path)
     check_compatible(meta, model, model_kind, path.name)
-    _load_model(model, _section(tensors, "model."), meta.get("model_aliases", {}))
+    load_state(model, _section(tensors, "model."), meta.get("model_aliases", {}))
     if optimizer is not None:
         if "optimizer" not in meta:
             raise LinearizerError(f"{path.name} holds no optimizer state")
@@ -490,10 +460,9 @@ def load_weights(
     meta, tensors = read_checkpoint(path)
     check_compatible(meta, model, model_kind, path.name)
     weights = _section(tensors, "model.")
-    ema = _section(tensors, "ema.")
-    if use_ema and ema:
-        # The EMA holds each shared tensor once, under its parameter/buffer name.
-        weights.update({k: v for k, v in ema.items() if k in weights})
-    _load_model(model, weights, meta.get("model_aliases", {}))
-    section = "ema" if use_ema and ema else "model"
+    ema = _section(tensors, "ema.") if use_ema else {}
+    # The EMA holds each shared tensor once, under its parameter/buffer name.
+    weights.update({k: v for k, v in ema.items() if k in weights})
+    load_state(model, weights, meta.get("model_aliases", {}))
+    section = "ema" if ema else "model"
     return Checkpoint(path=path, step=int(meta["step"]), meta=meta, section=section)

@@ -18,16 +18,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Literal
 
-from ..config import (
-    Config,
-    apply_overrides,
-    coerce,
-    describe,
-    option,
-    render_options,
-    type_name,
-    undocumented,
-)
+from ..config import Config, apply_overrides, describe, option, render_options, undocumented
 from ..errors import LinearizerError
 
 __all__ = [
@@ -35,7 +26,6 @@ __all__ = [
     "Config",
     "TrainConfig",
     "apply_overrides",
-    "coerce",
     "config_class",
     "describe",
     "get_preset",
@@ -44,7 +34,6 @@ __all__ = [
     "register_preset",
     "render_options",
     "resolve",
-    "type_name",
     "undocumented",
 ]
 
@@ -59,8 +48,6 @@ FLAT_KEYS = {
     "data_root": "data.root",
 }  # fmt: skip
 
-
-# ----------------------------------------------------------------------------- presets
 
 _PRESETS: dict[str, dict[str, Config]] = {}
 
@@ -114,9 +101,6 @@ def config_class(kind: str) -> type[Config]:
 def resolve(kind: str, preset: str, overrides: list[str] | None = None) -> Config:
     """Preset + overrides: the fully resolved config a run records in its ``config.json``."""
     return apply_overrides(get_preset(kind, preset), overrides)
-
-
-# ----------------------------------------------------------------------------- training settings
 
 
 @dataclass

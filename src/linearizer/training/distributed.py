@@ -90,11 +90,10 @@ def setup(device: str = "auto", timeout_s: float = 600.0) -> tuple[DistEnv, bool
         return DistEnv(device=dev), False
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
-    backend = "nccl" if dev.type == "cuda" else "gloo"
-    created = False
-    if not dist.is_initialized():
+    created = not dist.is_initialized()
+    if created:
+        backend = "nccl" if dev.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
-        created = True
     return DistEnv(rank, world, local, dev, dist.get_backend()), created
 
 

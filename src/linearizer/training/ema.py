@@ -77,14 +77,6 @@ class EMA:
             raise LinearizerError(f"EMA and model disagree on state entries: {extra}")
 
     @torch.no_grad()
-    def copy_to(self, model: nn.Module) -> None:
-        """Overwrite the model's weights with the averaged ones."""
-        state = model_tensors(model)
-        self._check_keys(state)
-        for name, s in self.shadow.items():
-            state[name].copy_(s)
-
-    @torch.no_grad()
     def swap(self, model: nn.Module) -> None:
         """Exchange model and shadow weights in place (calling it twice restores both)."""
         state = model_tensors(model)

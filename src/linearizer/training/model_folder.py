@@ -31,7 +31,7 @@ from torch import nn
 from .. import __version__
 from ..errors import LinearizerError
 from ..io import load_tensors, read_json, save_tensors, write_json
-from .checkpoint import check_compatible, dedupe, load_weights, model_signature, shape_table
+from .checkpoint import check_compatible, dedupe, load_state, load_weights, model_identity
 from .config import Config
 from .runs import load_run, run_kind, sources
 
@@ -55,8 +55,7 @@ def save_pretrained(
         {
             "model_kind": model_kind,
             "linearizer_version": __version__,
-            "model_signature": model_signature(model),
-            "model_shapes": {k: list(v) for k, v in shape_table(model).items()},
+            **model_identity(model),
             "tied_weights": aliases,
             "config": cfg,
         },
@@ -98,14 +97,8 @@ def from_pretrained(
         cfg = config_cls.from_dict(meta["config"]) if config_cls is not None else meta["config"]
         model = build_fn(cfg)
     check_compatible(meta, model, model_kind, str(directory))
-    state = load_tensors(directory / WEIGHTS_NAME)
-    for alias, canonical in meta.get("tied_weights", {}).items():
-        state[alias] = state[canonical]
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as e:
-        first = str(e).strip().splitlines()[-1].strip()
-        raise LinearizerError(f"{directory}: weights do not fit the model: {first}") from None
+    tensors = load_tensors(directory / WEIGHTS_NAME)
+    load_state(model, tensors, meta.get("tied_weights", {}), f"{directory}:")
     return model.to(map_location)
 
 

@@ -84,56 +84,48 @@ class JsonlTracker(Tracker):
             self._fh.close()
 
 
-class TrackioTracker(Tracker):
-    """Mirrors scalars, images and the summary to a local trackio project."""
+class TrackioTracker(JsonlTracker):
+    """``metrics.jsonl``, with scalars, images and the summary mirrored to a local trackio
+    project (named after the run folder)."""
 
-    def __init__(self, project: str, name: str, config: dict[str, Any] | None) -> None:
+    def __init__(self, run_dir: str | Path, project: str, config: dict[str, Any] | None) -> None:
+        super().__init__(run_dir)
         try:
-            import trackio
-        except ImportError:
-            raise LinearizerError(
-                "--tracker trackio needs the optional trackio package: "
-                "pip install 'linearizer[tracking]' (or use --tracker jsonl)"
-            ) from None
-        self._trackio = trackio
-        trackio.init(project=project, name=name, config=config or {}, resume="allow")
+            try:
+                import trackio
+            except ImportError:
+                raise LinearizerError(
+                    "--tracker trackio needs the optional trackio package: "
+                    "pip install 'linearizer[tracking]' (or use --tracker jsonl)"
+                ) from None
+            self._trackio = trackio
+            name = Path(run_dir).resolve().name
+            trackio.init(project=project, name=name, config=config or {}, resume="allow")
+        except BaseException:
+            super().close()
+            raise
 
-    def log(self, step: int, metrics: dict[str, Any]) -> None:
+    def _mirror(self, step: int, metrics: dict[str, Any]) -> None:
         scalars = {k: _number(v) for k, v in metrics.items()}
         scalars = {k: v for k, v in scalars.items() if isinstance(v, (int, float))}
         self._trackio.log(scalars, step=int(step))
 
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        super().log(step, metrics)
+        self._mirror(step, metrics)
+
     def log_images(self, step: int, images: dict[str, str | Path]) -> None:
+        super().log_images(step, images)
         media = {k: self._trackio.Image(str(v), caption=k) for k, v in images.items()}
         self._trackio.log(media, step=int(step))
 
     def log_summary(self, step: int, results: dict[str, Any]) -> None:
-        flat = {f"final/{k}": _number(v) for k, v in _flatten(results).items()}
-        self.log(step, flat)
+        super().log_summary(step, results)
+        self._mirror(step, {f"final/{k}": _number(v) for k, v in _flatten(results).items()})
 
     def close(self) -> None:
+        super().close()
         self._trackio.finish()
-
-
-class MultiTracker(Tracker):
-    def __init__(self, trackers: list[Tracker]) -> None:
-        self.trackers = trackers
-
-    def log(self, step: int, metrics: dict[str, Any]) -> None:
-        for t in self.trackers:
-            t.log(step, metrics)
-
-    def log_images(self, step: int, images: dict[str, str | Path]) -> None:
-        for t in self.trackers:
-            t.log_images(step, images)
-
-    def log_summary(self, step: int, results: dict[str, Any]) -> None:
-        for t in self.trackers:
-            t.log_summary(step, results)
-
-    def close(self) -> None:
-        for t in self.trackers:
-            t.close()
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -161,15 +153,9 @@ def make_tracker(
         raise LinearizerError(f"unknown tracker '{kind}'; choose jsonl, trackio or none")
     if not is_main:
         return Tracker()
-    jsonl = JsonlTracker(run_dir)
-    if kind != "trackio":
-        return jsonl
-    try:
-        remote = TrackioTracker(project, Path(run_dir).resolve().name, config)
-    except BaseException:
-        jsonl.close()
-        raise
-    return MultiTracker([jsonl, remote])
+    if kind == "trackio":
+        return TrackioTracker(run_dir, project, config)
+    return JsonlTracker(run_dir)
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:

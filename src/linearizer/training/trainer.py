@@ -60,6 +60,7 @@ import math
 import sys
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -69,6 +70,7 @@ from torch import Tensor, nn
 
 from .. import __version__
 from ..errors import LinearizerError
+from ..invertible.dropout import set_dropout_seed
 from ..invertible.precision import conditioners_in, resolve_precision
 from ..io import read_json, write_json
 from . import distributed as D
@@ -77,8 +79,6 @@ from .config import Config, TrainConfig
 from .ema import EMA
 from .random_streams import StepRandom, derive_seed, seed_globals
 from .tracking import make_tracker, truncate_metrics
-
-# ----------------------------------------------------------------------------- task protocol
 
 
 @runtime_checkable
@@ -120,9 +120,6 @@ class _LossModule(nn.Module):
     def forward(self, batch: dict[str, Any], rng: StepRandom) -> tuple[Tensor, dict[str, Any]]:
         with conditioners_in(self.precision):
             return self._task.loss(self.model, batch, rng)
-
-
-# ----------------------------------------------------------------------------- schedule
 
 
 def lr_at(cfg: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
@@ -186,9 +183,6 @@ def grad_norm(params: list[nn.Parameter]) -> Tensor:
     return torch.linalg.vector_norm(torch.stack(grads))
 
 
-# ----------------------------------------------------------------------------- run folder
-
-
 def resume_config(run_dir: str | Path, cls: type[Config], overrides: list[str] | None = None):
     """The config a run was started with (``RUN/config.json``), with ``overrides`` applied."""
     from .config import apply_overrides
@@ -210,13 +204,6 @@ def _check_resume_changes(saved: dict[str, Any], cfg: TrainConfig) -> None:
             f"cannot change '{k}' when resuming (run has {saved[k]!r}, asked {now[k]!r}); "
             f"only {', '.join(sorted(mutable))} may change"
         )
-
-
-def _clean_temp_files(folder: Path) -> None:
-    """Remove temporaries of writes a killed process never finished."""
-    if folder.is_dir():
-        for tmp in folder.glob(".ckpt_*.tmp"):
-            tmp.unlink(missing_ok=True)
 
 
 @dataclass
@@ -303,9 +290,6 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
 
 
-# ----------------------------------------------------------------------------- the loop
-
-
 class Trainer:
     """Runs a :class:`Task` under a :class:`TrainConfig` in ``run_dir``; see :func:`train`."""
 
@@ -319,8 +303,6 @@ class Trainer:
         self.precision = "float32"  # resolved for the device when fit() starts
         self.run_dir = Path(run_dir)
         self.kind = str(getattr(task, "kind", type(task).__name__))
-
-    # -- setup -------------------------------------------------------------------------------
 
     def _prepare_folder(self, env: D.DistEnv) -> None:
         run, cfg = self.run_dir, self.cfg
@@ -336,7 +318,8 @@ class Trainer:
                 "or choose another output folder"
             )
         write_json(run / "config.json", cfg.to_dict())
-        _clean_temp_files(checkpoint_dir(run))
+        for tmp in checkpoint_dir(run).glob(".ckpt_*.tmp"):  # writes a killed process left
+            tmp.unlink(missing_ok=True)
 
     def _status(self, env: D.DistEnv, **fields: Any) -> None:
         if env.is_main:
@@ -359,7 +342,7 @@ class Trainer:
         (ActNorm) initialise from the global batch, the same as in one process."""
         cfg = self.cfg
         seed_globals(cfg.seed, "init-pass")
-        _set_dropout_seed(model, derive_seed(cfg.seed, "init-pass", "dropout"))
+        set_dropout_seed(model, derive_seed(cfg.seed, "init-pass", "dropout") % (1 << 31))
         data = StepRandom(cfg.seed, 0, "data", cfg.batch_size)
         noise = StepRandom(cfg.seed, 0, "noise", cfg.batch_size)
         with torch.no_grad():
@@ -397,8 +380,6 @@ class Trainer:
         path = checkpoint_dir(self.run_dir) / f"ckpt_{step:08d}.safetensors"
         load_checkpoint(path, model, optimizer=optimizer, ema=ema, model_kind=self.kind)
         return step
-
-    # -- run ---------------------------------------------------------------------------------
 
     def fit(self) -> TrainResult:
         cfg = self.cfg
@@ -461,7 +442,8 @@ class Trainer:
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 seed_globals(cfg.seed, step)
-                _set_dropout_seed(model, derive_seed(cfg.seed, step, "dropout"))
+                # SharedDropout layers get this step's mask (forward and inverse then agree)
+                set_dropout_seed(model, derive_seed(cfg.seed, step, "dropout") % (1 << 31))
                 data = StepRandom(cfg.seed, step, "data", cfg.batch_size, env.rank, env.world)
                 noise = StepRandom(cfg.seed, step, "noise", cfg.batch_size, env.rank, env.world)
                 batch = _to_device(task.batch(data), env.device)
@@ -547,12 +529,11 @@ class Trainer:
                            seconds, rate)  # fmt: skip
 
     def _save(self, model, optimizer, ema, env: D.DistEnv, step: int) -> Path | None:
-        path = checkpoint_dir(self.run_dir) / f"ckpt_{step:08d}.safetensors"
         if env.is_main:
             save_checkpoint(self.run_dir, step, model, optimizer=optimizer, ema=ema,
                             config=self.cfg.to_dict(), model_kind=self.kind,
                             keep_last=self.cfg.keep_last)  # fmt: skip
-        return path
+        return checkpoint_dir(self.run_dir) / f"ckpt_{step:08d}.safetensors"
 
     def _finish(self, model, ema, env: D.DistEnv, step: int) -> dict | None:
         """The task's ``on_finish``, after the last step: its time comes out of
@@ -573,12 +554,8 @@ class Trainer:
             return
         model.eval()
         try:
-            with torch.no_grad():
-                if ema is not None:
-                    with ema.applied(model):
-                        out = hook(model, step, self.run_dir)
-                else:
-                    out = hook(model, step, self.run_dir)
+            with torch.no_grad(), ema.applied(model) if ema is not None else nullcontext():
+                out = hook(model, step, self.run_dir)
         finally:
             model.train()
         if out:
@@ -611,15 +588,6 @@ def _mean_logs(sums: dict[str, float], n: int, env: D.DistEnv) -> dict[str, floa
     t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device=env.device)
     t = D.all_reduce_sum(t, env).cpu() / (n * env.world)
     return dict(zip(keys, t.tolist()))
-
-
-def _set_dropout_seed(model: nn.Module, seed: int) -> None:
-    """Give SharedDropout layers this step's mask seed (forward and inverse then agree)."""
-    try:
-        from ..invertible.dropout import set_dropout_seed
-    except ImportError:  # pragma: no cover - the invertible package always ships it
-        return
-    set_dropout_seed(model, seed % (1 << 31))
 
 
 def train(task: Task, cfg: TrainConfig, run_dir: str | Path, resume: bool = False) -> TrainResult:
