@@ -20,6 +20,7 @@ import torch
 
 import linearizer.pretrained  # noqa: F401  (registers pretrained:NAME)
 from linearizer.flow.inversion import psnr_per_image
+from linearizer.flow.model import OneStepFlow
 from linearizer.flow.spec import SamplerSpec
 from linearizer.io import write_json
 from linearizer.training.runs import load_run
@@ -28,9 +29,13 @@ CASES = [(3, 0.0), (7, 1.0), (9, 2.0)]
 SOLVERS = [("euler", 1000), ("rk4", 100)]
 
 
-def agreement(run: str, n: int) -> list[dict]:
-    model = load_run(run).model.double().eval()
-    x0 = torch.randn(n, *model.image_shape, generator=torch.Generator().manual_seed(0)).double()
+def noise(model: OneStepFlow, n: int) -> torch.Tensor:
+    """``n`` float64 noise images of seed 0."""
+    return torch.randn(n, *model.image_shape, generator=torch.Generator().manual_seed(0)).double()
+
+
+def agreement(model: OneStepFlow, n: int) -> list[dict]:
+    x0 = noise(model, n)
     rows = []
     for method, steps in SOLVERS:
         for label, w in CASES:
@@ -45,12 +50,10 @@ def agreement(run: str, n: int) -> list[dict]:
     return rows
 
 
-def swap_back(run: str, n: int) -> dict:
-    model = load_run(run).model.double().eval()
+def swap_back(model: OneStepFlow, n: int) -> dict:
     spec = SamplerSpec(label=7, guidance=0.5).invertible()
-    x0 = torch.randn(n, *model.image_shape, generator=torch.Generator().manual_seed(0)).double()
     with torch.no_grad():
-        sevens = model.sample(x0, spec)
+        sevens = model.sample(noise(model, n), spec)
         worst, best = math.inf, -math.inf
         for to in range(10):
             back = model.swap(model.swap(sevens, spec, to), spec.replace(label=to), 7)
@@ -66,12 +69,13 @@ def main() -> None:
     p.add_argument("--n", type=int, default=8)
     p.add_argument("--out", type=Path, default=Path("runs/cond-exact"))
     a = p.parse_args()
+    model = load_run(a.run).model.double().eval()
     result = {
         "run": a.run,
         "n": a.n,
         "torch": torch.__version__,
-        "one_step_vs_multi_step": agreement(a.run, a.n),
-        "swap": swap_back(a.run, a.n),
+        "one_step_vs_multi_step": agreement(model, a.n),
+        "swap": swap_back(model, a.n),
     }
     write_json(a.out / "cond_exact.json", result)
 

@@ -153,15 +153,16 @@ def _optimizer_pack(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor]
                 raise LinearizerError(
                     f"optimizer state {key!r} of type {type(value).__name__} is not storable"
                 )
-    groups = [
-        {
-            k: v.tolist() if isinstance(v, Tensor) else list(v) if isinstance(v, tuple) else v
-            for k, v in group.items()
-        }
-        for group in sd["param_groups"]
-    ]
+    groups = [{k: _json_value(v) for k, v in group.items()} for group in sd["param_groups"]]
     meta = {"class": type(optimizer).__name__, "param_groups": groups, "scalars": scalars}
     return tensors, meta
+
+
+def _json_value(value: Any) -> Any:
+    """A param group's value as JSON holds it (tensors and tuples as lists)."""
+    if isinstance(value, Tensor):
+        return value.tolist()
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _optimizer_unpack(
@@ -297,7 +298,8 @@ def prune(run_dir: str | Path, keep_last: int) -> None:
     keep = set(committed[-keep_last:])
     if not keep:
         return
-    for step in sorted(s for s in on_disk if s < max(keep) and s not in keep):
+    newest = max(keep)
+    for step in sorted(s for s in on_disk if s < newest and s not in keep):
         path = checkpoint_path(run_dir, step)
         for victim in (sidecar(path), path):
             try:
