@@ -11,8 +11,9 @@ Two architectures, each at the batch its issue names:
   beside those algorithms themselves (``benchmarks/reference.py`` over the same weights, as in
   BENCHMARKS §1).
 
-A step is what the trainer does: draw the noise, the loss (``flow_loss``), backward, gradient
-clipping (where the preset clips), Adam, and an EMA of the weights. Inputs are uniform random
+A step is what the trainer does: draw the noise, group the times in the preset's
+``time_groups`` runs, the loss (``flow_loss``), backward, gradient clipping (where the preset
+clips), Adam, and an EMA of the weights. Inputs are uniform random
 images: the speed of a step does not depend on the data.
 
 Every case runs in its own process (so its peak memory is its own), and the cases of the trees
@@ -131,7 +132,7 @@ def _stepper(arch: str, impl: str, quick: bool, variant: str = ""):
 
     from linearizer.flow.build import build_flow
     from linearizer.flow.model import NOISE
-    from linearizer.flow.objective import draw_noise, flow_loss
+    from linearizer.flow.objective import draw_noise, flow_loss, group_times
 
     levers = set(filter(None, variant.split("+")))
     if levers - set(VARIANTS):
@@ -163,6 +164,9 @@ def _stepper(arch: str, impl: str, quick: bool, variant: str = ""):
     def step(batch: int) -> None:
         x1 = torch.rand(batch, *model.image_shape, generator=gen)
         draws = draw_noise(x1, gen)
+        # as the trainer: rows share their time in time_groups runs, so the operator's factors
+        # are built once per run (without this the cpu step builds 128 [D, r] pairs, not 16)
+        draws["t"] = group_times(draws["t"], cfg.time_groups)
         if ref is not None:
             loss, _ = ref.loss(x1, draws, cfg.noise_level)
         else:

@@ -118,13 +118,13 @@ def test_preset_dry_run_and_no_train(tmp_path, capsys):
 
 def test_the_estimate_names_the_cap_a_slow_machine_hits(monkeypatch):
     monkeypatch.setattr("linearizer.training.trainer.measure_step_rate", lambda task, cfg: 1.0)
-    said = runner_module.expected_time("cpu")  # 4,000 steps at 1 step/s: 67 min, over 42
-    assert "4,000 steps take 66.7 min, over the 42-minute cap" in said
-    assert "stop near step 2,520 of 4,000" in said
-    monkeypatch.setattr("linearizer.training.trainer.measure_step_rate", lambda task, cfg: 5.0)
-    said = runner_module.expected_time("cpu")  # 13.3 + 3 + 1.6 (claims scaled from 4 steps/s)
-    assert "13.3 min, then up to 3 min for the fit after them, then about 1.6 min" in said
-    assert said.endswith("about 18 min")
+    said = runner_module.expected_time("cpu")  # 8,000 steps at 1 step/s: 133 min, over 42
+    assert "8,000 steps take 133.3 min, over the 42-minute cap" in said
+    assert "stop near step 2,520 of 8,000" in said
+    monkeypatch.setattr("linearizer.training.trainer.measure_step_rate", lambda task, cfg: 10.0)
+    said = runner_module.expected_time("cpu")  # 13.3 + 3 + 0.8 (claims scaled from 4 steps/s)
+    assert "13.3 min, then up to 3 min for the fit after them, then about 0.8 min" in said
+    assert said.endswith("about 17 min")
 
 
 @pytest.mark.parametrize("where", ["claim", "figures"])
