@@ -187,6 +187,11 @@ def _stepper(arch: str, impl: str, quick: bool, variant: str = ""):
     return step
 
 
+def _tree_label(src: Path) -> str:
+    """``src`` as the results name it: this checkout's or an exported commit's, no machine path."""
+    return "this checkout" if src.resolve() == (ROOT / "src").resolve() else "the other tree"
+
+
 def _sgemm_gflops(n: int = 4096) -> float:
     import torch
 
@@ -309,7 +314,7 @@ def child(
         "peak_mib": peak,
         "page_faults_per_step": faults,
         "keeps_freed_memory": kept,
-        "tree": str(Path(linearizer.__file__).parents[1]),
+        "tree": _tree_label(Path(linearizer.__file__).parents[1]),
         "sgemm_gflops": _sgemm_gflops(256 if quick else 4096),
     }
     out.update(_profile(step, batch))
@@ -484,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": args.seconds,
             "torch": version("torch"),
             "date": time.strftime("%Y-%m-%d"),
-            "trees": {k: f"{v[0]} {v[1]}".strip() for k, v in trees.items()},
+            "trees": {k: (f"{args.against} " if k == args.against else "this checkout ")
+                      + v[1] for k, v in trees.items()},
         }
         args.out.write_text(json.dumps({"meta": meta, "results": results, "raw": raw}, indent=1))
     return 0
