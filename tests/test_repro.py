@@ -121,10 +121,10 @@ def test_the_estimate_names_the_cap_a_slow_machine_hits(monkeypatch):
     said = runner_module.expected_time("cpu")  # 8,000 steps at 1 step/s: 133 min, over 42
     assert "8,000 steps take 133.3 min, over the 42-minute cap" in said
     assert "stop near step 2,520 of 8,000" in said
-    monkeypatch.setattr("linearizer.training.trainer.measure_step_rate", lambda task, cfg: 10.0)
-    said = runner_module.expected_time("cpu")  # 13.3 + 3 + 0.8 (claims scaled from 4 steps/s)
-    assert "13.3 min, then up to 3 min for the fit after them, then about 0.8 min" in said
-    assert said.endswith("about 17 min")
+    monkeypatch.setattr("linearizer.training.trainer.measure_step_rate", lambda task, cfg: 8.0)
+    said = runner_module.expected_time("cpu")  # 16.7 + 3 + 1.5 (claims scaled from 5.8 steps/s)
+    assert "16.7 min, then up to 3 min for the fit after them, then about 1.5 min" in said
+    assert said.endswith("about 21 min")
 
 
 @pytest.mark.parametrize("where", ["claim", "figures"])
