@@ -186,8 +186,8 @@ CPU_TRAINING = {
 # the trained map alone scored 156.0 / 69.8 (FID (LeNet) / FID (judge)) against 163.4 / 88.7
 # (BENCHMARKS.md §1). max_minutes=45 is only a cap (a machine at 3.2 steps/s, half of
 # this one's on a good hour, still finishes); the last 3 minutes of it are kept for the fit
-# after the steps. Two threads: on 2 idle cores they made 59 % more steps than one (a second thread only loses on a
-# machine other jobs share; there, --set threads=1). Rank 64 beat
+# after the steps. Two threads: on 2 idle cores they made 59 % more steps than one (a second
+# thread only loses on a machine other jobs share; there, --set threads=1). Rank 64 beat
 # rank 16 at 25 minutes once time_groups made it as cheap per step; the edge loss won at 4
 # minutes but lost at 25. The data-side logit removes the speckle of the authors' T = 100 grid
 # (FID (LeNet) 377.6 -> 263.5); two fully connected coupling blocks give g whole-image context,
