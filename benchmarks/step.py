@@ -489,8 +489,8 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": args.seconds,
             "torch": version("torch"),
             "date": time.strftime("%Y-%m-%d"),
-            "trees": {k: (f"{args.against} " if k == args.against else "this checkout ")
-                      + v[1] for k, v in trees.items()},
+            "trees": {k: f"{args.against if k == args.against else 'this checkout'} {v[1]}"
+                      .strip() for k, v in trees.items()},
         }
         args.out.write_text(json.dumps({"meta": meta, "results": results, "raw": raw}, indent=1))
     return 0
