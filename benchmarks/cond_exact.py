@@ -44,8 +44,16 @@ def agreement(model: OneStepFlow, n: int) -> list[dict]:
             multi = model.sample(x0, spec, one_step=False)
             diff = float((one - multi).abs().max())
             db = 20 * math.log10(float(one.abs().max()) / diff) if diff > 0 else math.inf
-            rows.append({"method": method, "steps": steps, "class": label, "guidance": w,
-                         "max_abs_diff": diff, "agreement_db": db})  # fmt: skip
+            rows.append(
+                {
+                    "method": method,
+                    "steps": steps,
+                    "class": label,
+                    "guidance": w,
+                    "max_abs_diff": diff,
+                    "agreement_db": db,
+                }
+            )
             print(f"{method} T={steps} class {label} w={w}: {diff:.1e} ({db:.0f} dB)")
     return rows
 

@@ -51,12 +51,21 @@ FAST_NFES = (1, 2, 4, 10)
 def make_net() -> nn.Module:
     from torchcfm.models.unet import UNetModel
 
-    return UNetModel(dim=(1, 32, 32), num_channels=32, num_res_blocks=1, class_cond=True,
-                     num_classes=CLASSES + 1)  # fmt: skip
+    return UNetModel(
+        dim=(1, 32, 32), num_channels=32, num_res_blocks=1, class_cond=True, num_classes=CLASSES + 1
+    )
 
 
-def train_fm(out: Path, minutes: float, threads: int, seed: int, batch: int = 32,
-             lr: float = 1e-3, drop: float = 0.1, decay: float = 0.999) -> dict:  # fmt: skip
+def train_fm(
+    out: Path,
+    minutes: float,
+    threads: int,
+    seed: int,
+    batch: int = 32,
+    lr: float = 1e-3,
+    drop: float = 0.1,
+    decay: float = 0.999,
+) -> dict:
     from torchcfm.conditional_flow_matching import ConditionalFlowMatcher
 
     from linearizer.flow.config import FlowConfig
@@ -95,13 +104,21 @@ def train_fm(out: Path, minutes: float, threads: int, seed: int, batch: int = 32
     seconds = time.perf_counter() - start
     out.mkdir(parents=True, exist_ok=True)
     save_tensors(out / f"fm_seed{seed}.safetensors", {k: v.contiguous() for k, v in ema.items()})
-    info = {"model": "torchcfm 1.0.7 UNetModel(dim=(1,32,32), num_channels=32, "
-            "num_res_blocks=1, class_cond=True, num_classes=11)",
-            "objective": "torchcfm.ConditionalFlowMatcher(sigma=0), null class on "
-            f"{drop:.0%} of rows", "parameters": sum(p.numel() for p in net.parameters()),
-            "steps": steps, "batch": batch, "lr": lr, "ema_decay": decay, "seed": seed,
-            "seconds": seconds, "final_loss": float(np.mean(losses[-100:])),
-            "threads": threads, "weights": "EMA"}  # fmt: skip
+    info = {
+        "model": "torchcfm 1.0.7 UNetModel(dim=(1,32,32), num_channels=32, "
+        "num_res_blocks=1, class_cond=True, num_classes=11)",
+        "objective": f"torchcfm.ConditionalFlowMatcher(sigma=0), null class on {drop:.0%} of rows",
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "steps": steps,
+        "batch": batch,
+        "lr": lr,
+        "ema_decay": decay,
+        "seed": seed,
+        "seconds": seconds,
+        "final_loss": float(np.mean(losses[-100:])),
+        "threads": threads,
+        "weights": "EMA",
+    }
     write_json(out / f"fm_seed{seed}.json", info)
     return info
 
@@ -133,8 +150,7 @@ def fm_adaptive(net: nn.Module, x0: Tensor, y: Tensor, w: float, tol: float) -> 
         x = torch.from_numpy(state).float().reshape(shape)
         return guided(net, torch.full((shape[0],), float(t)), x, y, w).double().numpy().ravel()
 
-    sol = solve_ivp(rhs, (0.0, 1.0), x0.double().numpy().ravel(), method="RK45",
-                    rtol=tol, atol=tol)  # fmt: skip
+    sol = solve_ivp(rhs, (0.0, 1.0), x0.double().numpy().ravel(), method="RK45", rtol=tol, atol=tol)
     return torch.from_numpy(sol.y[:, -1]).float().reshape(shape), count[0]
 
 
@@ -163,8 +179,13 @@ class Scorer:
 
         m = self.ref.measure(images.clamp(0, 1))
         view = lenet_view(images)
-        out = {"n": len(images), "fid_lenet": m["fid_lenet"], "fid_judge": m["fid_judge"],
-               "precision": m["precision"], "recall": m["recall"]}  # fmt: skip
+        out = {
+            "n": len(images),
+            "fid_lenet": m["fid_lenet"],
+            "fid_judge": m["fid_judge"],
+            "precision": m["precision"],
+            "recall": m["recall"],
+        }
         for name, net in (("lenet", self.ref.classifier), ("judge", self.ref.judge)):
             acc = class_accuracy(predict_logits(net, view).argmax(1), labels, CLASSES)
             out[f"{name}_accuracy_mean"] = float(np.nanmean(acc))
@@ -172,8 +193,15 @@ class Scorer:
         return out
 
 
-def evaluate(out: Path, ours: list[str], n: int, slow_n: int, guidances: list[float],
-             threads: int, tol: float) -> dict:  # fmt: skip
+def evaluate(
+    out: Path,
+    ours: list[str],
+    n: int,
+    slow_n: int,
+    guidances: list[float],
+    threads: int,
+    tol: float,
+) -> dict:
     from linearizer.flow.task import load_flow_run
 
     torch.set_num_threads(threads)
@@ -198,14 +226,26 @@ def evaluate(out: Path, ours: list[str], n: int, slow_n: int, guidances: list[fl
             for c in range(CLASSES):
                 model.one_step_matrix(spec.replace(label=c))
             build = time.perf_counter() - start
-            x, dt = _batched(lambda xs, ys, s=spec, m=model: m.sample(xs, s, labels=ys), noise,
-                             labels, 500)  # fmt: skip
-            add({"model": f"ours ({run}, step {step})", "sampler": spec.describe(),
-                 "guidance": w, "nfe": 2, "seconds": dt, "ms_per_image": 1e3 * dt / n,
-                 "B_build_s": build}, x, labels)  # fmt: skip
+            x, dt = _batched(
+                lambda xs, ys, s=spec, m=model: m.sample(xs, s, labels=ys), noise, labels, 500
+            )
+            add(
+                {
+                    "model": f"ours ({run}, step {step})",
+                    "sampler": spec.describe(),
+                    "guidance": w,
+                    "nfe": 2,
+                    "seconds": dt,
+                    "ms_per_image": 1e3 * dt / n,
+                    "B_build_s": build,
+                },
+                x,
+                labels,
+            )
     if labels is None:
-        labels = torch.multinomial(torch.ones(CLASSES), n, replacement=True,
-                                   generator=torch.Generator().manual_seed(4321))  # fmt: skip
+        labels = torch.multinomial(
+            torch.ones(CLASSES), n, replacement=True, generator=torch.Generator().manual_seed(4321)
+        )
     for path in sorted(out.glob("fm_seed*.safetensors")):
         net = make_net()
         net.load_state_dict(load_tensors(path))
@@ -215,29 +255,61 @@ def evaluate(out: Path, ours: list[str], n: int, slow_n: int, guidances: list[fl
         for w in guidances:
             evals = 1 if w == 0 else 2
             for k in FAST_NFES:
-                x, dt = _batched(lambda xs, ys, k=k, w=w, f=net: fm_euler(f, xs, ys, k, w),
-                                 noise, labels, 250)  # fmt: skip
-                add({"model": name, "sampler": f"Euler, {k} steps", "guidance": w,
-                     "nfe": k * evals, "seconds": dt, "ms_per_image": 1e3 * dt / n},
-                    (x + 1) / 2, labels)  # fmt: skip
+                x, dt = _batched(
+                    lambda xs, ys, k=k, w=w, f=net: fm_euler(f, xs, ys, k, w), noise, labels, 250
+                )
+                add(
+                    {
+                        "model": name,
+                        "sampler": f"Euler, {k} steps",
+                        "guidance": w,
+                        "nfe": k * evals,
+                        "seconds": dt,
+                        "ms_per_image": 1e3 * dt / n,
+                    },
+                    (x + 1) / 2,
+                    labels,
+                )
             if slow_n:
                 xs, ys = noise[:slow_n], labels[:slow_n]
-                x, dt = _batched(lambda a, b, w=w, f=net: fm_euler(f, a, b, 100, w), xs, ys,
-                                 250)
-                add({"model": name, "sampler": "Euler, 100 steps", "guidance": w,
-                     "nfe": 100 * evals, "seconds": dt, "ms_per_image": 1e3 * dt / slow_n},
-                    (x + 1) / 2, ys)  # fmt: skip
+                x, dt = _batched(lambda a, b, w=w, f=net: fm_euler(f, a, b, 100, w), xs, ys, 250)
+                add(
+                    {
+                        "model": name,
+                        "sampler": "Euler, 100 steps",
+                        "guidance": w,
+                        "nfe": 100 * evals,
+                        "seconds": dt,
+                        "ms_per_image": 1e3 * dt / slow_n,
+                    },
+                    (x + 1) / 2,
+                    ys,
+                )
                 start = time.perf_counter()
                 x, count = fm_adaptive(net, xs, ys, w, tol)
                 dt = time.perf_counter() - start
-                add({"model": name, "sampler": f"RK45 (scipy), rtol=atol={tol:g}",
-                     "guidance": w, "nfe": count * evals, "seconds": dt,
-                     "ms_per_image": 1e3 * dt / slow_n}, (x + 1) / 2, ys)  # fmt: skip
-    result = {"samples": n, "slow_samples": slow_n, "threads": threads,
-              "reference": "MNIST test (10k) at 32x32", "torch": torch.__version__,
-              "command": "python benchmarks/conditional.py " + " ".join(sys.argv[1:]),
-              "fm": [json.loads(p.read_text()) for p in sorted(out.glob("fm_seed*.json"))],
-              "rows": rows}  # fmt: skip
+                add(
+                    {
+                        "model": name,
+                        "sampler": f"RK45 (scipy), rtol=atol={tol:g}",
+                        "guidance": w,
+                        "nfe": count * evals,
+                        "seconds": dt,
+                        "ms_per_image": 1e3 * dt / slow_n,
+                    },
+                    (x + 1) / 2,
+                    ys,
+                )
+    result = {
+        "samples": n,
+        "slow_samples": slow_n,
+        "threads": threads,
+        "reference": "MNIST test (10k) at 32x32",
+        "torch": torch.__version__,
+        "command": "python benchmarks/conditional.py " + " ".join(sys.argv[1:]),
+        "fm": [json.loads(p.read_text()) for p in sorted(out.glob("fm_seed*.json"))],
+        "rows": rows,
+    }
     write_json(out / "conditional.json", result)
     return result
 
@@ -250,8 +322,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ours", action="append", default=[], help="a conditional flow run to rate")
     p.add_argument("--samples", type=int, default=2000, help="samples per row")
-    p.add_argument("--slow-samples", type=int, default=500,
-                   help="samples of the 100-step and adaptive rows (0: skip them)")
+    p.add_argument(
+        "--slow-samples",
+        type=int,
+        default=500,
+        help="samples of the 100-step and adaptive rows (0: skip them)",
+    )
     p.add_argument("--guidance", default="0,2", help="guidance weights w, comma-separated")
     p.add_argument("--tol", type=float, default=1e-3, help="rtol = atol of the adaptive solver")
     p.add_argument("--out", default=str(ROOT / "runs" / "bench-cond"))

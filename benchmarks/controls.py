@@ -123,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         topts = dataclasses.replace(topts, steps=args.pca_steps)
     t0 = time.perf_counter()
     gen = torch.Generator().manual_seed(0)
-    pca_tau = fit_transport(pca, torch.randn(args.n, k, generator=gen, dtype=F64),
-                            latents @ pca, topts)  # fmt: skip
+    pca_tau = fit_transport(
+        pca, torch.randn(args.n, k, generator=gen, dtype=F64), latents @ pca, topts
+    )
     pca_fit_s = time.perf_counter() - t0
     pca_rest = mean - (mean @ pca) @ pca.T
 
@@ -156,8 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         mix = torch.empty(args.n, k, dtype=F64)
         for c, (centre, ch) in enumerate(classes):
             where = cls == c
-            mix[where] = centre + torch.randn(int(where.sum()), k, generator=g,
-                                              dtype=F64) @ ch.T  # fmt: skip
+            mix[where] = centre + torch.randn(int(where.sum()), k, generator=g, dtype=F64) @ ch.T
         add("class-gaussians", decode(model, mix @ q.T))
 
     # the samples' coordinates along the data's six leading directions in Q
@@ -174,17 +174,26 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {}
     for name, per_seed in rows.items():
-        summary[name] = {key: [r[key] for r in per_seed]
-                         for key in ("fid_lenet", "fid_judge", "confidence", "precision",
-                                     "recall")}  # fmt: skip
+        summary[name] = {
+            key: [r[key] for r in per_seed]
+            for key in ("fid_lenet", "fid_judge", "confidence", "precision", "recall")
+        }
     result = {
-        "run": args.run, "step": run.step, "n": args.n, "seeds": list(SEEDS),
-        "spec": spec.to_dict(), "latent_range": k, "pca_fit_seconds": pca_fit_s,
+        "run": args.run,
+        "step": run.step,
+        "n": args.n,
+        "seeds": list(SEEDS),
+        "spec": spec.to_dict(),
+        "latent_range": k,
+        "pca_fit_seconds": pca_fit_s,
         "pca_transport": {"steps": topts.steps, "blocks": topts.blocks, "hidden": topts.hidden},
-        "rows": summary, "kurtosis": kurt, "copy_distance_percentiles_1_5_50": copies,
-        "seconds": time.perf_counter() - start, "torch": torch.__version__,
+        "rows": summary,
+        "kurtosis": kurt,
+        "copy_distance_percentiles_1_5_50": copies,
+        "seconds": time.perf_counter() - start,
+        "torch": torch.__version__,
         "command": "python benchmarks/controls.py " + " ".join(argv or sys.argv[1:]),
-    }  # fmt: skip
+    }
     out = Path(args.out)
     write_json(out / "controls.json", result)
     write_text(out / "controls.md", render(result))
@@ -196,9 +205,13 @@ def render(result: dict) -> str:
     def cell(values: list[float], fmt: str) -> str:
         return " / ".join(fmt.format(v) for v in values)
 
-    lines = [f"Run `{result['run']}` (step {result['step']}), {result['n']} images per row and "
-             f"seed, seeds {result['seeds']}; sampler `{json.dumps(result['spec'])}`.", "",
-             "| row | FID (LeNet) | FID (judge) | confidence |", "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"Run `{result['run']}` (step {result['step']}), {result['n']} images per row and "
+        f"seed, seeds {result['seeds']}; sampler `{json.dumps(result['spec'])}`.",
+        "",
+        "| row | FID (LeNet) | FID (judge) | confidence |",
+        "|---|---|---|---|",
+    ]
     for name, r in result["rows"].items():
         lines.append(
             f"| {name} | {cell(r['fid_lenet'], '{:.1f}')} | "

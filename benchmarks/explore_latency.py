@@ -50,7 +50,7 @@ def untrained(kind: str, preset: str) -> Run:
 
         model = build_model(cfg)
     else:
-        from linearizer.style.bank import build_style_model
+        from linearizer.style.build import build_style_model
 
         model = build_style_model(cfg, ["a", "b", "c", "d"])
     return Run(kind, model.eval(), cfg, 0, Path(f"({kind} {preset} preset, untrained)"))
@@ -85,24 +85,45 @@ def interactions(ex: Explorer, digit: str, handle_file) -> list[tuple[str, objec
         zeros = [0.0] * f.k
         cases += [
             (f"generate 8 ({m} T={T})", lambda: f.generate(1, 8, T, m), (1, 8, T, m), "/generate"),
-            ("generate 8 (rk4 T=100)", lambda: f.generate(1, 8, 100, "rk4"),
-             (1, 8, 100, "rk4"), "/generate"),
-            ("walk (one slider moved)", lambda: f.walk(0, [1.5] + zeros[1:]),
-             (0, 1.5, *zeros[1:]), "/walk"),
+            (
+                "generate 8 (rk4 T=100)",
+                lambda: f.generate(1, 8, 100, "rk4"),
+                (1, 8, 100, "rk4"),
+                "/generate",
+            ),
+            (
+                "walk (one slider moved)",
+                lambda: f.walk(0, [1.5] + zeros[1:]),
+                (0, 1.5, *zeros[1:]),
+                "/walk",
+            ),
             ("invert a drawing", lambda: f.invert(drawing), (sketch, None, 0), "/invert"),
-            ("interpolate (8 frames)", lambda: f.interpolate(drawing, f.sample_picture(1), 8),
-             (None, handle_file(digit), 0, None, 1, 8), "/interpolate"),
-        ]  # fmt: skip
+            (
+                "interpolate (8 frames)",
+                lambda: f.interpolate(drawing, f.sample_picture(1), 8),
+                (None, handle_file(digit), 0, None, 1, 8),
+                "/interpolate",
+            ),
+        ]
     if ex.projective:
         p = ex.projective
         cases += [
-            ("project a drawing (blur)", lambda: p.project(p.model_input(drawing), "blur", 0),
-             (sketch, None, "blur", 0), "/project"),
-        ]  # fmt: skip
+            (
+                "project a drawing (blur)",
+                lambda: p.project(p.model_input(drawing), "blur", 0),
+                (sketch, None, "blur", 0),
+                "/project",
+            )
+        ]
         if p.tasks:
-            cases.append((f"restore ({p.tasks[0]}, 4 methods)",
-                          lambda: p.restore(p.model_input(drawing), p.tasks[0], 0),
-                          (sketch, None, 0, p.tasks[0]), "/restore"))  # fmt: skip
+            cases.append(
+                (
+                    f"restore ({p.tasks[0]}, 4 methods)",
+                    lambda: p.restore(p.model_input(drawing), p.tasks[0], 0),
+                    (sketch, None, 0, p.tasks[0]),
+                    "/restore",
+                )
+            )
     if ex.style:
         s = ex.style
         name = next(iter(s.contents))
@@ -110,9 +131,13 @@ def interactions(ex: Explorer, digit: str, handle_file) -> list[tuple[str, objec
         if s.is_bank:
             x = s.content(name)
             cases += [
-                ("style mix + every style", lambda: (s.mix(x, w, 0.8), s.pure_styles(x)),
-                 (name, None, 0.8, *w), "/style_mix"),
-            ]  # fmt: skip
+                (
+                    "style mix + every style",
+                    lambda: (s.mix(x, w, 0.8), s.pure_styles(x)),
+                    (name, None, 0.8, *w),
+                    "/style_mix",
+                )
+            ]
     return cases
 
 
@@ -159,9 +184,13 @@ def main() -> int:
     for r in results:
         print(f"opened {r['run']} in {r['open_s']:.2f} s")
     report = {
-        "threads": args.threads, "repeats": repeats, "torch": torch.__version__,
-        "python": platform.python_version(), "cpu_count": os.cpu_count(), "results": results,
-    }  # fmt: skip
+        "threads": args.threads,
+        "repeats": repeats,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "results": results,
+    }
     if args.out:
         from linearizer.io import write_json
 

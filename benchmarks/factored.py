@@ -131,23 +131,44 @@ def _authors_pinverse(dim: int, quick: bool) -> dict:
 
 
 def plan(dim: int, quick: bool, threads: int, pinv_dim: int) -> list[dict]:
-    base = {"quick": quick, "threads": threads, "dim": dim, "rank": 8 if not quick else 2,
-            "repeats": 1 if quick else 3, "budget": 1.0 if quick else 30.0}  # fmt: skip
+    base = {
+        "quick": quick,
+        "threads": threads,
+        "dim": dim,
+        "rank": 8 if not quick else 2,
+        "repeats": 1 if quick else 3,
+        "budget": 1.0 if quick else 30.0,
+    }
     t_short, t_long = (10, 40) if quick else (100, 1000)
     cases = []
     for steps, method in ((t_short, "euler"), (t_long, "euler"), (t_short, "rk4")):
         for impl in ("dense", "factored", "authors"):
             if impl == "authors" and method != "euler":
                 continue
-            cases.append({**base, "task": "build", "impl": impl, "steps": steps,
-                          "method": method})  # fmt: skip
+            cases.append({**base, "task": "build", "impl": impl, "steps": steps, "method": method})
     for dtype in ("float64", "float32"):
         for impl in ("dense", "factored"):
-            cases.append({**base, "task": "apply", "impl": impl, "steps": t_short,
-                          "dtype": dtype, "batch": 256 if not quick else 8})  # fmt: skip
+            cases.append(
+                {
+                    **base,
+                    "task": "apply",
+                    "impl": impl,
+                    "steps": t_short,
+                    "dtype": dtype,
+                    "batch": 256 if not quick else 8,
+                }
+            )
     for impl in ("dense", "factored"):
-        cases.append({**base, "task": "invert", "impl": impl, "steps": t_short,
-                      "dtype": "float64", "batch": 8})  # fmt: skip
+        cases.append(
+            {
+                **base,
+                "task": "invert",
+                "impl": impl,
+                "steps": t_short,
+                "dtype": "float64",
+                "batch": 8,
+            }
+        )
     cases.append({**base, "task": "pinverse", "impl": "authors", "pinv_dim": pinv_dim})
     return cases
 
@@ -172,8 +193,14 @@ def summarize(results: list[dict]) -> list[str]:
     """Markdown table rows: measurement | dense | factored | authors | dense / factored."""
 
     def find(**m) -> dict | None:
-        return next((r for r in results if all(r["case"].get(k) == v for k, v in m.items())
-                     and "seconds" in r), None)  # fmt: skip
+        return next(
+            (
+                r
+                for r in results
+                if all(r["case"].get(k) == v for k, v in m.items()) and "seconds" in r
+            ),
+            None,
+        )
 
     def sec(r: dict | None) -> str:
         if r is None:
@@ -191,18 +218,29 @@ def summarize(results: list[dict]) -> list[str]:
         return f"{a[key] / b[key]:.1f}x"
 
     rows = []
-    for steps, method in sorted({(r["case"]["steps"], r["case"].get("method", "euler"))
-                                 for r in results if r["case"]["task"] == "build"}):  # fmt: skip
-        d, f, a = (find(task="build", impl=i, steps=steps, method=method)
-                   for i in ("dense", "factored", "authors"))  # fmt: skip
+    for steps, method in sorted(
+        {
+            (r["case"]["steps"], r["case"].get("method", "euler"))
+            for r in results
+            if r["case"]["task"] == "build"
+        }
+    ):
+        d, f, a = (
+            find(task="build", impl=i, steps=steps, method=method)
+            for i in ("dense", "factored", "authors")
+        )
         k = f"K = {f['width']}" if f else ""
-        rows.append(f"| build B, T = {steps}, {method} (s) | {sec(d)} | {sec(f)} | {sec(a)} | "
-                    f"{ratio(d, f)} |")  # fmt: skip
+        rows.append(
+            f"| build B, T = {steps}, {method} (s) | {sec(d)} | {sec(f)} | {sec(a)} | "
+            f"{ratio(d, f)} |"
+        )
         held = (mib(d, "bytes"), mib(f, "bytes"), mib(a, "bytes"), ratio(d, f, "bytes"))
         rows.append(f"| B held, T = {steps}, {method} (MiB; {k}) | " + " | ".join(held) + " |")
-        rows.append(f"| build B, T = {steps}, {method}: peak MiB | {mib(d, 'peak_mib')} | "
-                    f"{mib(f, 'peak_mib')} | {mib(a, 'peak_mib')} | "
-                    f"{ratio(d, f, 'peak_mib')} |")  # fmt: skip
+        rows.append(
+            f"| build B, T = {steps}, {method}: peak MiB | {mib(d, 'peak_mib')} | "
+            f"{mib(f, 'peak_mib')} | {mib(a, 'peak_mib')} | "
+            f"{ratio(d, f, 'peak_mib')} |"
+        )
     for task in ("apply", "invert"):
         for dtype in ("float64", "float32"):
             d, f = (find(task=task, impl=i, dtype=dtype) for i in ("dense", "factored"))
@@ -217,8 +255,10 @@ def summarize(results: list[dict]) -> list[str]:
                     f"{a['case']['pinv_dim']})"
                 )
             what = "B z" if task == "apply" else "B^-1 z"
-            rows.append(f"| {what}, {batch} latents, {dtype} (s) | {sec(d)} | {sec(f)} | "
-                        f"{theirs} | {ratio(d, f)} |")  # fmt: skip
+            rows.append(
+                f"| {what}, {batch} latents, {dtype} (s) | {sec(d)} | {sec(f)} | "
+                f"{theirs} | {ratio(d, f)} |"
+            )
     return rows
 
 
@@ -256,8 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     for r in errors:
         print(f"ERROR in {r['case']}: {r['error']}", file=sys.stderr)
     if args.out:
-        write_json(args.out, {"environment": environment(args.threads, args.note),
-                              "results": results, "table": rows})  # fmt: skip
+        write_json(
+            args.out,
+            {
+                "environment": environment(args.threads, args.note),
+                "results": results,
+                "table": rows,
+            },
+        )
     return 1 if errors else 0
 
 

@@ -64,8 +64,9 @@ def one_step_figures(model, device: torch.device, n: int, out: Path) -> dict:
         sync(device)
         start = time.perf_counter()
         for chunk in noise.split(500):
-            parts.append(model.sample(chunk, steps=100, final="skip", dtype=torch.float64,
-                                      form=form))  # fmt: skip
+            parts.append(
+                model.sample(chunk, steps=100, final="skip", dtype=torch.float64, form=form)
+            )
         sync(device)
         res[f"one_step_{form}_images_per_s"] = n / (time.perf_counter() - start)
         images[form] = torch.cat(parts).float()
@@ -95,9 +96,17 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_celeba: no CUDA device visible to torch", file=sys.stderr)
         return 2
     data, source = dataset_settings(args.celeba)
-    settings = [f"max_steps={args.steps}", f"max_minutes={args.minutes}", f"device={args.device}",
-                "ckpt_every=0", "eval_every=0", "progress=false", "log_every=25",
-                "sampler.steps=100", *data]  # fmt: skip
+    settings = [
+        f"max_steps={args.steps}",
+        f"max_minutes={args.minutes}",
+        f"device={args.device}",
+        "ckpt_every=0",
+        "eval_every=0",
+        "progress=false",
+        "log_every=25",
+        "sampler.steps=100",
+        *data,
+    ]
     cfg = resolve("flow", "celeba", settings + (TINY if args.tiny else []))
     report: dict = {"torch": torch.__version__, "data": source, "config": cfg.to_dict()}
     if device.type == "cuda":
@@ -114,10 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     peak_reset(device)
     images, _ = load_images(cfg, "train")
     result = train(FlowTask(images), cfg, run)
-    report["train"] = {"steps": result.step, "stopped": result.stopped, "loss": result.loss,
-                       "seconds": result.seconds, "steps_per_s": result.steps_per_s,
-                       "images_per_s": result.steps_per_s * cfg.batch_size,
-                       "peak_mib": peak_mib(device)}  # fmt: skip
+    report["train"] = {
+        "steps": result.step,
+        "stopped": result.stopped,
+        "loss": result.loss,
+        "seconds": result.seconds,
+        "steps_per_s": result.steps_per_s,
+        "images_per_s": result.steps_per_s * cfg.batch_size,
+        "peak_mib": peak_mib(device),
+    }
     print(json.dumps(report["train"]), flush=True)
     report["one_step"] = one_step_figures(result.model, device, args.samples, out)
     print(json.dumps(report["one_step"]), flush=True)

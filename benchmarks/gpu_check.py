@@ -76,8 +76,13 @@ def step_probe(cfg, device: torch.device, memory_saving: bool, steps: int) -> di
         one(i + 1)
     sync(device)
     seconds = time.perf_counter() - start
-    return {"memory_saving": memory_saving, "batch": cfg.batch_size, "steps": steps,
-            "steps_per_s": steps / seconds, "peak_mib": peak_mib(device)}  # fmt: skip
+    return {
+        "memory_saving": memory_saving,
+        "batch": cfg.batch_size,
+        "steps": steps,
+        "steps_per_s": steps / seconds,
+        "peak_mib": peak_mib(device),
+    }
 
 
 @torch.no_grad()
@@ -130,8 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--tiny", action="store_true", help="a tiny network (local smoke test)")
     p.add_argument("--dataset", default="mnist", help="mnist, or synthetic for a smoke test")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra config override (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra config override (repeatable)",
+    )
     p.add_argument("--out", default="gpu-check-out", help="output folder")
     p.add_argument("--run", default="", help="run folder to train into (default: a scratch one)")
     args = p.parse_args(argv)
@@ -141,9 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_check: no CUDA device visible to torch", file=sys.stderr)
         return 2
-    settings = [f"max_steps={args.steps}", f"max_minutes={args.minutes}", f"device={args.device}",
-                "ckpt_every=0", "eval_every=0", "progress=false", "log_every=25",
-                "sampler.steps=100", f"dataset={args.dataset}"]  # fmt: skip
+    settings = [
+        f"max_steps={args.steps}",
+        f"max_minutes={args.minutes}",
+        f"device={args.device}",
+        "ckpt_every=0",
+        "eval_every=0",
+        "progress=false",
+        "log_every=25",
+        "sampler.steps=100",
+        f"dataset={args.dataset}",
+    ]
     cfg = apply_overrides(PAPER, settings + (TINY if args.tiny else []) + args.set)
     report: dict = {"torch": torch.__version__, "config": cfg.to_dict()}
     if device.type == "cuda":
@@ -161,10 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(run, ignore_errors=True)
     peak_reset(device)
     result = train(FlowTask(), cfg, run)
-    report["train"] = {"steps": result.step, "stopped": result.stopped, "loss": result.loss,
-                       "seconds": result.seconds, "steps_per_s": result.steps_per_s,
-                       "images_per_s": result.steps_per_s * cfg.batch_size,
-                       "peak_mib": peak_mib(device)}  # fmt: skip
+    report["train"] = {
+        "steps": result.step,
+        "stopped": result.stopped,
+        "loss": result.loss,
+        "seconds": result.seconds,
+        "steps_per_s": result.steps_per_s,
+        "images_per_s": result.steps_per_s * cfg.batch_size,
+        "peak_mib": peak_mib(device),
+    }
     print(json.dumps(report["train"]), flush=True)
     if (run / "metrics.jsonl").is_file():
         shutil.copy(run / "metrics.jsonl", out / "metrics.jsonl")

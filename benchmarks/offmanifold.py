@@ -134,15 +134,18 @@ def measure(run_name: str, tails: str, n: int, seed: int) -> dict | None:
     noise = torch.randn(n, *m32.image_shape, generator=torch.Generator().manual_seed(seed + 1))
     start = time.perf_counter()
     result = {
-        "run": run_name, "tails": tails, "step": run.step,
+        "run": run_name,
+        "tails": tails,
+        "step": run.step,
         "x_z_x": data_round_trips(m32, m64, fams),
         "z_x_z_data": latent_round_trips(m32, m64, digits, DATA),
         "z_x_z_noise": latent_round_trips(m32, m64, noise, NOISE),
         # repro's claims measure unconditional runs only
-        "linearity": None if run.config.conditional else linearity(m32, run.path, run.config,
-                                                                   run.step),
+        "linearity": None
+        if run.config.conditional
+        else linearity(m32, run.path, run.config, run.step),
         "invert": invert_round_trips(m32, m64, run.config, fams),
-    }  # fmt: skip
+    }
     result["seconds"] = time.perf_counter() - start
     return result
 
@@ -159,25 +162,42 @@ def report(results: list[dict]) -> str:
     labels = [f"{r['run']} ({r['tails']})" for r in results]
 
     def table(title: str, columns: list[str], cell, prefix: str = "") -> list[str]:  # noqa: ANN001
-        rows = [[lab, *(cell(r, c) for c in columns)] for lab, r in zip(labels, results,
-                                                                         strict=True)]  # fmt: skip
+        rows = [
+            [lab, *(cell(r, c) for c in columns)] for lab, r in zip(labels, results, strict=True)
+        ]
         head = ["run (tails)", *(prefix + c for c in columns)]
         return [f"## {title}", "", markdown_table(head, rows), ""]
 
-    lines = table("x -> z -> x, data side: max abs pixel error (float32 / float64)",
-                  list(FAMILIES), lambda r, c: pair(r["x_z_x"][c]))  # fmt: skip
-    for key, what in (("z_x_z_data", "data side, z = a g(v) for test digits v"),
-                      ("z_x_z_noise", "noise side, z = a g(x0) for Gaussian x0")):  # fmt: skip
-        lines += table(f"z -> x -> z, {what}: max error / max |z| (float32 / float64)",
-                       list(results[0][key]), lambda r, c, k=key: pair(r[k][c]),
-                       prefix="a = ")  # fmt: skip
+    lines = table(
+        "x -> z -> x, data side: max abs pixel error (float32 / float64)",
+        list(FAMILIES),
+        lambda r, c: pair(r["x_z_x"][c]),
+    )
+    for key, what in (
+        ("z_x_z_data", "data side, z = a g(v) for test digits v"),
+        ("z_x_z_noise", "noise side, z = a g(x0) for Gaussian x0"),
+    ):
+        lines += table(
+            f"z -> x -> z, {what}: max error / max |z| (float32 / float64)",
+            list(results[0][key]),
+            lambda r, c, k=key: pair(r[k][c]),
+            prefix="a = ",
+        )
     parts = ["additivity", "homogeneity_a_pos", "homogeneity_a_neg"]
-    lines += table("linearity claim (repro): max relative error (float32 / float64)", parts,
-                   lambda r, c: "n/a (conditional)" if r["linearity"] is None else
-                   f"{fmt(r['linearity']['float32'][c])} / {fmt(r['linearity']['float64'][c])}")
-    lines += table(f"invert through B^-1: worst PSNR (dB), share of images >= {EXACT_PSNR:g} dB",
-                   list(INVERT_FAMILIES), lambda r, c: f"{r['invert'][c]['worst_psnr']:.1f} "
-                                                       f"({r['invert'][c]['exact_share']:.0%})")
+    lines += table(
+        "linearity claim (repro): max relative error (float32 / float64)",
+        parts,
+        lambda r, c: (
+            "n/a (conditional)"
+            if r["linearity"] is None
+            else f"{fmt(r['linearity']['float32'][c])} / {fmt(r['linearity']['float64'][c])}"
+        ),
+    )
+    lines += table(
+        f"invert through B^-1: worst PSNR (dB), share of images >= {EXACT_PSNR:g} dB",
+        list(INVERT_FAMILIES),
+        lambda r, c: f"{r['invert'][c]['worst_psnr']:.1f} ({r['invert'][c]['exact_share']:.0%})",
+    )
     return "\n".join(lines)
 
 
@@ -199,9 +219,13 @@ def main() -> None:
             if r is not None:
                 results.append(r)
                 print(f"{run} ({tails}): {r['seconds']:.0f} s", flush=True)
-    meta = {"command": "python " + " ".join(sys.argv), "torch": torch.__version__,
-            "python": platform.python_version(), "threads": args.threads,
-            "date": time.strftime("%Y-%m-%d")}  # fmt: skip
+    meta = {
+        "command": "python " + " ".join(sys.argv),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "threads": args.threads,
+        "date": time.strftime("%Y-%m-%d"),
+    }
     write_json(args.out / "offmanifold.json", {"meta": meta, "results": results})
     text = report(results)
     write_text(args.out / "offmanifold.md", text)

@@ -150,8 +150,9 @@ def fm_folder(out: Path, lr: float, seed: int) -> Path:
     return out / f"fm-lr{lr:g}-s{seed}"
 
 
-def train_fm(out: Path, lr: float, seed: int, steps: int, batch: int, threads: int,
-             device: str = "cpu") -> dict:  # fmt: skip
+def train_fm(
+    out: Path, lr: float, seed: int, steps: int, batch: int, threads: int, device: str = "cpu"
+) -> dict:
     torch.set_num_threads(threads)
     trainer = FMTrainer(lr, batch, seed, steps, device)
     folder = fm_folder(out, lr, seed)
@@ -161,22 +162,32 @@ def train_fm(out: Path, lr: float, seed: int, steps: int, batch: int, threads: i
         while trainer.step_count < steps:
             losses.append(trainer.step())
             if trainer.step_count % 100 == 0:
-                print(f"step {trainer.step_count} loss {np.mean(losses[-100:]):.4f}", file=log,
-                      flush=True)  # fmt: skip
-    save_tensors(folder / "fm.safetensors", {k: v.detach().cpu().contiguous() for k, v in
-                                             trainer.ema.state_dict().items()})  # fmt: skip
+                print(
+                    f"step {trainer.step_count} loss {np.mean(losses[-100:]):.4f}",
+                    file=log,
+                    flush=True,
+                )
+    save_tensors(
+        folder / "fm.safetensors",
+        {k: v.detach().cpu().contiguous() for k, v in trainer.ema.state_dict().items()},
+    )
     info = {
         "model": trainer.description,
         "objective": trainer.objective,
         "parameters": sum(p.numel() for p in trainer.net.parameters()),
-        "lr": lr, "seed": seed, "steps": steps, "batch": batch, "threads": threads,
-        "device": torch.cuda.get_device_name(trainer.device) if trainer.device.type == "cuda"
+        "lr": lr,
+        "seed": seed,
+        "steps": steps,
+        "batch": batch,
+        "threads": threads,
+        "device": torch.cuda.get_device_name(trainer.device)
+        if trainer.device.type == "cuda"
         else "cpu",
         "schedule": f"warm-up {WARMUP}, linear decay to {MIN_LR_RATIO}x, clip {CLIP}",
         "ema_decay": EMA,
         "seconds": time.perf_counter() - start,
         "final_loss": float(np.mean(losses[-100:])),
-    }  # fmt: skip
+    }
     write_json(folder / "fm.json", info)
     return info
 
@@ -193,11 +204,13 @@ def probe(out: Path, ours_run: Path, threads: int, batch: int) -> dict:
     from linearizer.config import apply_overrides
     from linearizer.flow.task import FlowTask
     from linearizer.training.config import get_preset
-    from linearizer.training.trainer import measure_step_rate
+    from linearizer.training.steprate import measure_step_rate
 
     torch.set_num_threads(threads)
-    cfg = apply_overrides(get_preset("flow", "cpu"), [f"threads={threads}", "calibration_samples=0",
-                                           "transport_steps=0", "finish_minutes=0"])  # fmt: skip
+    cfg = apply_overrides(
+        get_preset("flow", "cpu"),
+        [f"threads={threads}", "calibration_samples=0", "transport_steps=0", "finish_minutes=0"],
+    )
     ours = measure_step_rate(FlowTask(), cfg, steps=48, skip=8)
     trainer = FMTrainer(1e-3, batch, 0, 10_000)
     for _ in range(8):
@@ -246,8 +259,9 @@ def fm_adaptive(net: nn.Module, x0: Tensor, tol: float) -> tuple[Tensor, int]:
         v = net(torch.full((shape[0],), float(t), device=x0.device), x)
         return v.double().cpu().numpy().ravel()
 
-    sol = solve_ivp(rhs, (0.0, 1.0), x0.double().cpu().numpy().ravel(), method="RK45",
-                    rtol=tol, atol=tol)  # fmt: skip
+    sol = solve_ivp(
+        rhs, (0.0, 1.0), x0.double().cpu().numpy().ravel(), method="RK45", rtol=tol, atol=tol
+    )
     return torch.from_numpy(sol.y[:, -1]).float().reshape(shape), count[0]
 
 
@@ -277,23 +291,47 @@ class Rater:
         return torch.randn(self.n, 1, 32, 32, generator=torch.Generator().manual_seed(seed))
 
     def done(self, model: str, seed: int, sampler: str) -> bool:
-        return any((r["model"], r["seed"], r["sampler"]) == (model, seed, sampler) for r in
-                   self.rows)  # fmt: skip
+        return any(
+            (r["model"], r["seed"], r["sampler"]) == (model, seed, sampler) for r in self.rows
+        )
 
-    def add(self, model: str, seed: int, sampler: str, nfe: int, images: Tensor,
-            seconds: float, **extra) -> None:  # fmt: skip
-        row = {"model": model, "seed": seed, "sampler": sampler, "nfe": nfe,
-               "ms_per_image": 1e3 * seconds / len(images), **extra,
-               **self.reference.measure(images.clamp(0, 1))}  # fmt: skip
-        print(json.dumps({k: row[k] for k in ("model", "seed", "sampler", "fid_lenet",
-                                              "fid_judge")}), flush=True)  # fmt: skip
+    def add(
+        self, model: str, seed: int, sampler: str, nfe: int, images: Tensor, seconds: float, **extra
+    ) -> None:
+        row = {
+            "model": model,
+            "seed": seed,
+            "sampler": sampler,
+            "nfe": nfe,
+            "ms_per_image": 1e3 * seconds / len(images),
+            **extra,
+            **self.reference.measure(images.clamp(0, 1)),
+        }
+        print(
+            json.dumps({k: row[k] for k in ("model", "seed", "sampler", "fid_lenet", "fid_judge")}),
+            flush=True,
+        )
         self.rows.append(row)
-        write_json(self.path, {"samples": self.n, "torch": torch.__version__,
-                               "threads": torch.get_num_threads(), "rows": self.rows})  # fmt: skip
+        write_json(
+            self.path,
+            {
+                "samples": self.n,
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "rows": self.rows,
+            },
+        )
 
 
-def rate_fm(rater: Rater, folder: Path, seed: int, nfes: tuple[int, ...], tol: float | None,
-            label: str = "flow matching", device: str = "cpu") -> None:  # fmt: skip
+def rate_fm(
+    rater: Rater,
+    folder: Path,
+    seed: int,
+    nfes: tuple[int, ...],
+    tol: float | None,
+    label: str = "flow matching",
+    device: str = "cpu",
+) -> None:
     net = load_fm(folder, device)
     x0 = rater.noise(seed).to(device)
     for nfe in nfes:
@@ -306,8 +344,7 @@ def rate_fm(rater: Rater, folder: Path, seed: int, nfes: tuple[int, ...], tol: f
         start = time.perf_counter()
         x, nfe = fm_adaptive(net, x0, tol)
         x = x.cpu()
-        rater.add(label, seed, name, nfe, (x + 1) / 2, time.perf_counter() - start,
-                  run=str(folder))  # fmt: skip
+        rater.add(label, seed, name, nfe, (x + 1) / 2, time.perf_counter() - start, run=str(folder))
 
 
 def rate_ours(rater: Rater, run: Path, seed: int) -> None:
@@ -325,8 +362,18 @@ def rate_ours(rater: Rater, run: Path, seed: int) -> None:
         x0 = spec.noise(rater.n, model.image_shape, torch.Generator().manual_seed(seed))
         with torch.no_grad():
             x, dt = batched(lambda c, s=spec: model.sample(c, s).float(), x0)
-        rater.add("ours", seed, name, 2, x, dt, B_build_s=build, spec=spec.to_dict(),
-                  run=str(run), step=step)  # fmt: skip
+        rater.add(
+            "ours",
+            seed,
+            name,
+            2,
+            x,
+            dt,
+            B_build_s=build,
+            spec=spec.to_dict(),
+            run=str(run),
+            step=step,
+        )
 
 
 def select(out: Path, threads: int, n: int, device: str = "cpu") -> dict:
@@ -337,19 +384,28 @@ def select(out: Path, threads: int, n: int, device: str = "cpu") -> dict:
     scores = {}
     for folder in sorted(out.glob("fm-lr*-s0")):
         rate_fm(rater, folder, 0, (SELECT_NFE,), None, label=folder.name, device=device)
-        scores[folder.name] = next(r["fid_lenet"] for r in rater.rows if r["model"] ==
-                                   folder.name)  # fmt: skip
+        scores[folder.name] = next(r["fid_lenet"] for r in rater.rows if r["model"] == folder.name)
     best = min(scores, key=scores.__getitem__)
-    info = {"metric": f"FID (LeNet), {n} samples, Euler {SELECT_NFE} steps, seed 0",
-            "scores": scores, "best": best,
-            "best_lr": json.loads((out / best / "fm.json").read_text())["lr"]}  # fmt: skip
+    info = {
+        "metric": f"FID (LeNet), {n} samples, Euler {SELECT_NFE} steps, seed 0",
+        "scores": scores,
+        "best": best,
+        "best_lr": json.loads((out / best / "fm.json").read_text())["lr"],
+    }
     write_json(out / "select.json", info)
     return info
 
 
-def evaluate(out: Path, ours: list[Path], n: int, threads: int, tol: float,
-             nfes: tuple[int, ...], fm_seeds: tuple[int, ...],
-             device: str = "cpu") -> None:  # fmt: skip
+def evaluate(
+    out: Path,
+    ours: list[Path],
+    n: int,
+    threads: int,
+    tol: float,
+    nfes: tuple[int, ...],
+    fm_seeds: tuple[int, ...],
+    device: str = "cpu",
+) -> None:
     """Rate our runs (seed = position in ``ours``) and the chosen flow-matching runs of
     ``fm_seeds``: Euler at ``nfes``, then RK45 when ``tol`` > 0. Rows already in
     ``evaluation.json`` are kept, so the phases may run in parts."""
@@ -378,8 +434,10 @@ def timing(out: Path, ours: Path, threads: int, n: int) -> dict:
         spec = cfg.sampler.replace(maps=maps)
         model.one_step_matrix(spec)
         with torch.no_grad():
-            _, dt = batched(lambda c, s=spec: model.sample(c, s), spec.noise(n, model.image_shape,
-                            torch.Generator().manual_seed(0)))  # fmt: skip
+            _, dt = batched(
+                lambda c, s=spec: model.sample(c, s),
+                spec.noise(n, model.image_shape, torch.Generator().manual_seed(0)),
+            )
         times[f"ours|{spec.describe()}"] = 1e3 * dt / n
     lr = json.loads((out / "select.json").read_text())["best_lr"]
     net = load_fm(fm_folder(out, lr, 0))
@@ -420,12 +478,20 @@ def with_timing(result: dict, out: Path) -> dict:
     rows = []
     for row in result["rows"]:
         key = f"{row['model']}|{row['sampler']}"
-        ms = times.get(key, row["nfe"] * times["per evaluation"] if row["model"] ==
-                       "flow matching" else row["ms_per_image"])  # fmt: skip
+        ms = times.get(
+            key,
+            row["nfe"] * times["per evaluation"]
+            if row["model"] == "flow matching"
+            else row["ms_per_image"],
+        )
         rows.append({**row, "ms_per_image": ms})
     # the times' thread count, not the rating's
-    return {**result, "rows": rows, "timing": "alone, from timing.json",
-            "threads": timing.get("threads", result["threads"])}  # fmt: skip
+    return {
+        **result,
+        "rows": rows,
+        "timing": "alone, from timing.json",
+        "threads": timing.get("threads", result["threads"]),
+    }
 
 
 def table(result: dict) -> str:
@@ -433,8 +499,12 @@ def table(result: dict) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (model, sampler), rows in grouped(result["rows"]).items():
         rows = sorted(rows, key=lambda r: r["seed"])
-        cells = [model, sampler, " / ".join(str(r["nfe"]) for r in rows),
-                 " / ".join(str(r["seed"]) for r in rows)]  # fmt: skip
+        cells = [
+            model,
+            sampler,
+            " / ".join(str(r["nfe"]) for r in rows),
+            " / ".join(str(r["seed"]) for r in rows),
+        ]
         for _, key, fmt in COLUMNS:
             values = [fmt.format(r[key]) for r in rows]
             mean = fmt.format(sum(r[key] for r in rows) / len(rows))
@@ -454,8 +524,9 @@ def plot(result: dict, folder: Path) -> Path:
         x = sum(r["ms_per_image"] for r in rows) / len(rows)
         ys = [r["fid_lenet"] for r in rows]
         marker = "o" if model == "flow matching" else "s"
-        ax.plot([x] * len(ys), ys, marker, color="C0" if model == "flow matching" else "C1",
-                alpha=0.8)  # fmt: skip
+        ax.plot(
+            [x] * len(ys), ys, marker, color="C0" if model == "flow matching" else "C1", alpha=0.8
+        )
         short = sampler.replace("one-step euler, T = 1000, final predict, float64, ", "")
         label = short.replace("Euler, ", "").replace(" (scipy)", "")[:24]
         ax.annotate(label, (x, min(ys)), fontsize=6, xytext=(3, -8), textcoords="offset points")
@@ -489,8 +560,7 @@ def report(out: Path, docs: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("phase", choices=["probe", "train-fm", "select", "evaluate", "timing",
-                                     "report"])
+    p.add_argument("phase", choices=["probe", "train-fm", "select", "evaluate", "timing", "report"])
     p.add_argument("--out", default=str(ROOT / "runs" / "eqt"), help="the benchmark's folder")
     p.add_argument("--ours", nargs="+", default=[], help="our runs, seed 0 first (probe: one)")
     p.add_argument("--threads", type=int, default=2)
@@ -499,13 +569,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=32, help="flow matching's batch")
     p.add_argument("--steps", type=int, default=0, help="flow matching's steps (0: probe.json)")
     p.add_argument("--samples", type=int, default=2000, help="generated images per row")
-    p.add_argument("--tol", type=float, default=1e-3,
-                   help="rtol = atol of the adaptive solver (0: no adaptive row)")  # fmt: skip
+    p.add_argument(
+        "--tol",
+        type=float,
+        default=1e-3,
+        help="rtol = atol of the adaptive solver (0: no adaptive row)",
+    )
     p.add_argument("--nfe", default="1,2,4,10,100", help="flow matching's Euler step counts")
     p.add_argument("--fm-seeds", default="0,1", help="flow-matching seeds to rate")
-    p.add_argument("--device", default="cpu",
-                   help="where flow matching trains and samples (cpu, cuda); ours samples on "
-                   "the CPU, and every rating runs on the CPU")  # fmt: skip
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="where flow matching trains and samples (cpu, cuda); ours samples on "
+        "the CPU, and every rating runs on the CPU",
+    )
     p.add_argument("--docs", default=str(ROOT / "docs" / "benchmarks" / "equal-time"))
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -514,15 +591,26 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(probe(out, Path(args.ours[0]), args.threads, args.batch)))
     elif args.phase == "train-fm":
         steps = args.steps or json.loads((out / "probe.json").read_text())["fm_steps"]
-        print(json.dumps(train_fm(out, args.lr, args.seed, steps, args.batch, args.threads,
-                                  args.device)))  # fmt: skip
+        print(
+            json.dumps(
+                train_fm(out, args.lr, args.seed, steps, args.batch, args.threads, args.device)
+            )
+        )
     elif args.phase == "select":
         print(json.dumps(select(out, args.threads, args.samples, args.device)))
     elif args.phase == "evaluate":
         nfes = tuple(int(v) for v in args.nfe.split(",") if v)
         seeds = tuple(int(v) for v in args.fm_seeds.split(",") if v)
-        evaluate(out, [Path(r) for r in args.ours], args.samples, args.threads, args.tol, nfes,
-                 seeds, args.device)  # fmt: skip
+        evaluate(
+            out,
+            [Path(r) for r in args.ours],
+            args.samples,
+            args.threads,
+            args.tol,
+            nfes,
+            seeds,
+            args.device,
+        )
     elif args.phase == "timing":
         print(json.dumps(timing(out, Path(args.ours[0]), args.threads, args.samples)))
     else:

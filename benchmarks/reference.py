@@ -256,8 +256,9 @@ def parity(model: OneStepFlow, batch: int = 4, steps: int = 10, seed: int = 0) -
         b_ref = ref.sampling_matrix(steps, theirs).double().T
         out[f"B_{ours}_rel"] = float((b_ours - b_ref).abs().max() / b_ours.abs().max())
     for method, theirs in (("euler", "euler"), ("rk4", "rk")):
-        ours = model.sample(x0, steps=steps, method=method, final="skip", dtype=x0.dtype,
-                            one_step=False)  # fmt: skip
+        ours = model.sample(
+            x0, steps=steps, method=method, final="skip", dtype=x0.dtype, one_step=False
+        )
         out[f"multistep_{method}"] = _maxdiff(ref.sample(x0, steps, theirs), ours)
     b_row = ref.sampling_matrix(steps, "euler")
     ours = model.sample(x0, steps=steps, method="euler", final="skip", dtype=x0.dtype)

@@ -157,8 +157,7 @@ def measure(case: dict) -> dict:
             if impl == "reference":
                 fn = lambda: ref.sample(x0, steps, REF_METHOD[method])  # noqa: E731
             else:
-                kw = dict(steps=steps, method=method, final="skip", dtype=x0.dtype,
-                          one_step=False)  # fmt: skip
+                kw = dict(steps=steps, method=method, final="skip", dtype=x0.dtype, one_step=False)
                 fn = lambda: model.sample(x0, **kw)  # noqa: E731
             return _time_calls(fn, repeats, budget, quick)
         if task == "onestep":
@@ -209,10 +208,14 @@ def _top(p, rows: int = 12) -> list[dict]:
     events = sorted(p.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in events) or 1.0
     return [
-        {"op": e.key, "self_ms": e.self_cpu_time_total / 1e3,
-         "share": e.self_cpu_time_total / total, "calls": e.count}
+        {
+            "op": e.key,
+            "self_ms": e.self_cpu_time_total / 1e3,
+            "share": e.self_cpu_time_total / total,
+            "calls": e.count,
+        }
         for e in events[:rows]
-    ]  # fmt: skip
+    ]
 
 
 def _stepwise_collapse(op, *, steps: int, method: str, final: str, dtype: torch.dtype):
@@ -224,8 +227,13 @@ def _stepwise_collapse(op, *, steps: int, method: str, final: str, dtype: torch.
 # --- the plan ----------------------------------------------------------------------------------
 def plan(arch: str, quick: bool, threads: int) -> list[dict]:
     big = not quick
-    base = {"arch": arch, "quick": quick, "threads": threads, "repeats": 3 if big else 1,
-            "budget": 45.0 if big else 1.0}  # fmt: skip
+    base = {
+        "arch": arch,
+        "quick": quick,
+        "threads": threads,
+        "repeats": 3 if big else 1,
+        "budget": 45.0 if big else 1.0,
+    }
     cases = [{**base, "task": "parity", "impl": "both"}]
     for batch in (32, 128) if big else (4,):
         for impl in ("ours", "ours-memsave", "reference"):
@@ -235,23 +243,50 @@ def plan(arch: str, quick: bool, threads: int) -> list[dict]:
     long = big and arch == "paper"
     for steps in ((100, 1000) if long else (100,)) if big else (10,):
         for method in ("euler", "rk4"):
-            for impl, dtype in (("ours", "float64"), ("ours", "float32"),
-                                ("ours-stepwise", "float64"),
-                                ("reference", "float32")):  # fmt: skip
-                cases.append({**base, "task": "collapse", "impl": impl, "steps": steps,
-                              "method": method, "dtype": dtype})  # fmt: skip
+            for impl, dtype in (
+                ("ours", "float64"),
+                ("ours", "float32"),
+                ("ours-stepwise", "float64"),
+                ("reference", "float32"),
+            ):
+                cases.append(
+                    {
+                        **base,
+                        "task": "collapse",
+                        "impl": impl,
+                        "steps": steps,
+                        "method": method,
+                        "dtype": dtype,
+                    }
+                )
     sample = 256 if big else 8
     for method in ("euler", "rk4") if long or not big else ("euler",):
         for impl in ("ours", "reference"):
-            cases.append({**base, "task": "multistep", "impl": impl, "batch": sample,
-                          "steps": 100 if big else 10, "method": method})  # fmt: skip
+            cases.append(
+                {
+                    **base,
+                    "task": "multistep",
+                    "impl": impl,
+                    "batch": sample,
+                    "steps": 100 if big else 10,
+                    "method": method,
+                }
+            )
     for impl in ("ours", "reference"):
-        cases.append({**base, "task": "onestep", "impl": impl, "batch": sample,
-                      "steps": 100 if big else 10})  # fmt: skip
+        cases.append(
+            {**base, "task": "onestep", "impl": impl, "batch": sample, "steps": 100 if big else 10}
+        )
         for task in ("g", "g_inverse"):
             cases.append({**base, "task": task, "impl": impl, "batch": sample})
-    cases.append({**base, "task": "profile", "impl": "ours", "batch": sample,
-                  "train_batch": 32 if big else 4})  # fmt: skip
+    cases.append(
+        {
+            **base,
+            "task": "profile",
+            "impl": "ours",
+            "batch": sample,
+            "train_batch": 32 if big else 4,
+        }
+    )
     return cases
 
 
@@ -316,14 +351,23 @@ def summarize(results: list[dict], arch: str, quick: bool) -> tuple[list[list[st
 
     a = dict(arch=arch)
     for batch in (32, 128) if not quick else (4,):
-        ours, mem, ref = (_find(results, task="train", impl=i, batch=batch, **a)
-                          for i in ("ours", "ours-memsave", "reference"))  # fmt: skip
+        ours, mem, ref = (
+            _find(results, task="train", impl=i, batch=batch, **a)
+            for i in ("ours", "ours-memsave", "reference")
+        )
         best = min((r for r in (ours, mem) if r), key=lambda r: r["seconds"], default=None)
         t_ratio = ratio(best, ref)
         m_ratio = ratio(mem, ref, "peak_mib")
         rows.append([f"train step, batch {batch} (s)", fmt(ours), fmt(mem), fmt(ref), _x(t_ratio)])
-        rows.append([f"train step, batch {batch}, peak MiB", fmt(ours, "peak_mib"),
-                     fmt(mem, "peak_mib"), fmt(ref, "peak_mib"), _x(m_ratio)])  # fmt: skip
+        rows.append(
+            [
+                f"train step, batch {batch}, peak MiB",
+                fmt(ours, "peak_mib"),
+                fmt(mem, "peak_mib"),
+                fmt(ref, "peak_mib"),
+                _x(m_ratio),
+            ]
+        )
         if batch == 32:
             checks["train_time_5x"] = t_ratio
             checks["train_memory_5x"] = m_ratio
@@ -338,8 +382,15 @@ def summarize(results: list[dict], arch: str, quick: bool) -> tuple[list[list[st
                 continue
             label = f"B, T={steps}, {method} (s)" + (" [ref: 'rk']" if method == "rk4" else "")
             variant = f"f32 {fmt(o32)} / stepwise f64 {fmt(old)}"
-            rows.append([label, fmt(ours), variant, fmt(ref),
-                         f"{_x(ratio(ours, ref))}; f32 {_x(ratio(o32, ref))}"])  # fmt: skip
+            rows.append(
+                [
+                    label,
+                    fmt(ours),
+                    variant,
+                    fmt(ref),
+                    f"{_x(ratio(ours, ref))}; f32 {_x(ratio(o32, ref))}",
+                ]
+            )
             if steps == 1000 and method == "euler":
                 checks["B_T1000_20x"] = ratio(ours, ref)
                 checks["B_T1000_20x_f32"] = ratio(o32, ref)
@@ -349,8 +400,9 @@ def summarize(results: list[dict], arch: str, quick: bool) -> tuple[list[list[st
         if not (ours or ref):
             continue
         steps = ours["case"]["steps"] if ours else "?"
-        rows.append([f"multi-step {method}, T={steps} (s)",
-                     fmt(ours), "", fmt(ref), _x(ratio(ours, ref))])  # fmt: skip
+        rows.append(
+            [f"multi-step {method}, T={steps} (s)", fmt(ours), "", fmt(ref), _x(ratio(ours, ref))]
+        )
         if method == "euler":
             checks["multistep_10x"] = ratio(ours, ref)
     one, gf, gi = (_find(results, task=t, impl="ours", **a) for t in ("onestep", "g", "g_inverse"))
@@ -358,12 +410,21 @@ def summarize(results: list[dict], arch: str, quick: bool) -> tuple[list[list[st
         _find(results, task=t, impl="reference", **a) for t in ("onestep", "g", "g_inverse")
     )
     floor = gf["seconds"] + gi["seconds"] if gf and gi else None
-    rows.append(["one-step sample (s)", fmt(one), f"floor {floor:.3g}" if floor else "",
-                 fmt(ref), _x(ratio(one, ref))])  # fmt: skip
-    rows.append(["g forward (images/s)", fmt(gf, "per_s"), "", fmt(rf, "per_s"),
-                 _x(ratio(rf, gf, "per_s"))])  # fmt: skip
-    rows.append(["g inverse (images/s)", fmt(gi, "per_s"), "", fmt(ri, "per_s"),
-                 _x(ratio(ri, gi, "per_s"))])  # fmt: skip
+    rows.append(
+        [
+            "one-step sample (s)",
+            fmt(one),
+            f"floor {floor:.3g}" if floor else "",
+            fmt(ref),
+            _x(ratio(one, ref)),
+        ]
+    )
+    rows.append(
+        ["g forward (images/s)", fmt(gf, "per_s"), "", fmt(rf, "per_s"), _x(ratio(rf, gf, "per_s"))]
+    )
+    rows.append(
+        ["g inverse (images/s)", fmt(gi, "per_s"), "", fmt(ri, "per_s"), _x(ratio(ri, gi, "per_s"))]
+    )
     if one and floor:
         checks["onestep_over_floor"] = one["seconds"] / floor
     return rows, checks
@@ -427,8 +488,14 @@ def main(argv: list[str] | None = None) -> int:
     for arch in archs:
         rows, checks = summarize(results, arch, args.quick)
         report["summary"][arch] = {"rows": rows, "checks": checks}
-        par = next((r.get("parity") for r in results if r["case"]["arch"] == arch
-                    and r["case"]["task"] == "parity"), None)  # fmt: skip
+        par = next(
+            (
+                r.get("parity")
+                for r in results
+                if r["case"]["arch"] == arch and r["case"]["task"] == "parity"
+            ),
+            None,
+        )
         report["summary"][arch]["parity"] = par
         print(f"\n## {arch}\n\n{table(rows)}\n\nchecks: {json.dumps(checks)}")
         print(f"parity (float64, max |reference - ours|): {json.dumps(par)}")

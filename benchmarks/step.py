@@ -285,10 +285,12 @@ def child(
     import linearizer
 
     torch.set_num_threads(threads)
-    from linearizer.training import trainer
-
-    # the trainer's allocator setting, where the tree has one
-    keep = getattr(trainer, "keep_freed_memory", None)
+    # the trainer's allocator setting, where the tree has one (in trainer.py in older trees)
+    try:
+        from linearizer.training import allocator as home
+    except ImportError:
+        from linearizer.training import trainer as home
+    keep = getattr(home, "keep_freed_memory", None)
     kept = bool(keep()) if keep is not None else False
     step = _stepper(arch, impl, quick, variant)
     step(2)  # model, Adam state and allocator warm before the memory baseline
@@ -489,8 +491,10 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": args.seconds,
             "torch": version("torch"),
             "date": time.strftime("%Y-%m-%d"),
-            "trees": {k: f"{args.against if k == args.against else 'this checkout'} {v[1]}"
-                      .strip() for k, v in trees.items()},
+            "trees": {
+                k: f"{args.against if k == args.against else 'this checkout'} {v[1]}".strip()
+                for k, v in trees.items()
+            },
         }
         args.out.write_text(json.dumps({"meta": meta, "results": results, "raw": raw}, indent=1))
     return 0

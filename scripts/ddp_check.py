@@ -20,8 +20,14 @@ from pathlib import Path
 from linearizer.training.checkpoint import latest_checkpoint, read_checkpoint
 
 TOY = Path(__file__).resolve().parents[1] / "tests" / "toy_task.py"  # the toy task fixture
-DEFAULTS = ["max_steps=100", "ckpt_every=0", "progress=false", "threads=1", "ema_decay=0",
-            "log_every=50"]  # fmt: skip
+DEFAULTS = [
+    "max_steps=100",
+    "ckpt_every=0",
+    "progress=false",
+    "threads=1",
+    "ema_decay=0",
+    "log_every=50",
+]
 
 
 def run(out: Path, nproc: int, overrides: list[str]) -> float:
@@ -29,8 +35,15 @@ def run(out: Path, nproc: int, overrides: list[str]) -> float:
     if nproc == 1:
         cmd = [sys.executable, *toy]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node", str(nproc), *toy]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(nproc),
+            *toy,
+        ]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     return json.loads((out / "run.json").read_text())["seconds"]
@@ -49,8 +62,9 @@ def main() -> int:
         tn = run(many, args.nproc, args.set)
         _, a = read_checkpoint(latest_checkpoint(one))
         _, b = read_checkpoint(latest_checkpoint(many))
-    worst = max((a[k].double() - b[k].double()).abs().max().item()
-                for k in a if k.startswith("model."))  # fmt: skip
+    worst = max(
+        (a[k].double() - b[k].double()).abs().max().item() for k in a if k.startswith("model.")
+    )
     print(f"1 process : {steps / t1:8.2f} steps/s")
     print(f"{args.nproc} processes: {steps / tn:8.2f} steps/s  (x{t1 / tn:.2f})")
     print(f"max |w1 - w{args.nproc}| = {worst:.3g} (tolerance {args.tolerance:g})")

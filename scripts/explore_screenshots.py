@@ -104,9 +104,15 @@ def chrome():
         raise LinearizerError("needs a headless browser: apt-get install chromium chromium-driver")
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--force-device-scale-factor=1", f"--window-size={WIDTH},1600",
-                "--hide-scrollbars"):  # fmt: skip
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--force-device-scale-factor=1",
+        f"--window-size={WIDTH},1600",
+        "--hide-scrollbars",
+    ):
         options.add_argument(arg)
     return webdriver.Chrome(service=webdriver.ChromeService(driver), options=options)
 
@@ -218,9 +224,14 @@ def shot(driver, path: Path, *last_ids: str) -> Path:
     window is made tall enough first, so nothing is cut above it."""
     from PIL import Image
 
-    bottom = max(driver.execute_script(
-        "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
-        "return r.bottom + window.scrollY;", i) for i in last_ids)  # fmt: skip
+    bottom = max(
+        driver.execute_script(
+            "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
+            "return r.bottom + window.scrollY;",
+            i,
+        )
+        for i in last_ids
+    )
     height = int(bottom) + MARGIN
     driver.execute_script("window.scrollTo(0, 0)")
     driver.set_window_size(WIDTH, max(height + 200, 800))

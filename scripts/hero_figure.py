@@ -27,7 +27,7 @@ def grid(images: torch.Tensor, cols: int, scale: int) -> Image.Image:
     canvas = np.full((rows * (h + 2) + 2, cols * (w + 2) + 2), 255, np.uint8)
     for i, img in enumerate(x):
         r, c = divmod(i, cols)
-        canvas[2 + r * (h + 2): 2 + r * (h + 2) + h, 2 + c * (w + 2): 2 + c * (w + 2) + w] = img
+        canvas[2 + r * (h + 2) : 2 + r * (h + 2) + h, 2 + c * (w + 2) : 2 + c * (w + 2) + w] = img
     pil = Image.fromarray(canvas)
     return pil.resize((pil.width * scale, pil.height * scale), Image.NEAREST)
 
@@ -58,8 +58,10 @@ def main() -> None:
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     canvas.save(out)
-    print(f"{a.run} (step {run.step}), {spec.describe()}, temperature {spec.temperature:g}: "
-          f"max |one-step - multi-step| = {diff:.2e} -> {out}")
+    print(
+        f"{a.run} (step {run.step}), {spec.describe()}, temperature {spec.temperature:g}: "
+        f"max |one-step - multi-step| = {diff:.2e} -> {out}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Suite-wide settings: the torch thread count, and the tests folder on ``sys.path``.
+"""Suite-wide settings: the torch thread count, a private one-step matrix cache, and the tests
+folder on ``sys.path``.
 
 ``LINEARIZER_TEST_THREADS`` (default 1) sets ``torch.set_num_threads`` for the whole suite, so
 the suite can be run under two thread counts to show that no result depends on it (tolerances
@@ -6,7 +7,10 @@ scale with the dtype's epsilon, never with one machine's BLAS kernels). One thre
 default because the tiny ops here are faster on one thread than on contended cores.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -26,6 +30,12 @@ def _threads() -> int:
 
 
 torch.set_num_threads(_threads())
+
+# One-step matrices are kept across processes (flow.bcache); the suite keeps its own, so it never
+# reads or fills the user's cache, and subprocesses share it.
+if "LINEARIZER_CACHE" not in os.environ:
+    os.environ["LINEARIZER_CACHE"] = tempfile.mkdtemp(prefix="linearizer-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["LINEARIZER_CACHE"], True)
 
 
 @pytest.fixture(autouse=True)

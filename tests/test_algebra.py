@@ -8,12 +8,7 @@ from torch import Tensor, nn
 
 from linearizer import InducedSpace, Linearizer, LinearizerError
 from linearizer.invertible import Conditioned, cpu_network
-from linearizer.operators import (
-    DepthwiseConv,
-    LowRank,
-    OrthogonalProjector,
-    TimeLoRA,
-)
+from linearizer.operators import DepthwiseConv, LowRank, OrthogonalProjector, TimeLoRA
 from tolerance import assert_near, scale_of
 
 F64 = torch.float64

@@ -31,10 +31,27 @@ def test_gpu_check_runs_on_cpu(tmp_path):
     """The prepared GPU check's whole path (probe, training, B timings, sampling, FID) on the CPU
     with a tiny network and synthetic data, so a typo cannot waste a GPU lease."""
     out = tmp_path / "out"
-    cmd = [sys.executable, str(BENCH / "gpu_check.py"), "--device", "cpu", "--tiny",
-           "--dataset", "synthetic", "--set", "img_size=8", "--steps", "2", "--samples", "16",
-           "--probe-steps", "1",
-           "--out", str(out), "--run", str(tmp_path / "run")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(BENCH / "gpu_check.py"),
+        "--device",
+        "cpu",
+        "--tiny",
+        "--dataset",
+        "synthetic",
+        "--set",
+        "img_size=8",
+        "--steps",
+        "2",
+        "--samples",
+        "16",
+        "--probe-steps",
+        "1",
+        "--out",
+        str(out),
+        "--run",
+        str(tmp_path / "run"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((out / "gpu_check.json").read_text())
@@ -48,8 +65,17 @@ def test_gpu_check_runs_on_cpu(tmp_path):
 
 def test_precision_quick_smoke(tmp_path):
     out = tmp_path / "precision.json"
-    cmd = [sys.executable, str(BENCH / "precision.py"), "--quick", "--rounds", "1", "--threads",
-           "1", "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(BENCH / "precision.py"),
+        "--quick",
+        "--rounds",
+        "1",
+        "--threads",
+        "1",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -63,8 +89,19 @@ def test_step_quick_smoke(tmp_path):
     variant, the reference, the profile's split and the JSON (tiny shapes, no timing asserts)."""
     out = tmp_path / "step.json"
     root = BENCH.parent
-    cmd = [sys.executable, str(BENCH / "step.py"), "--quick", "--threads", "1",
-           "--variants", "fused-adam", "--against", str(root), "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(BENCH / "step.py"),
+        "--quick",
+        "--threads",
+        "1",
+        "--variants",
+        "fused-adam",
+        "--against",
+        str(root),
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -100,20 +137,35 @@ def test_quality_protocol_pieces(tmp_path):
 
     def row(model, sampler, seed, fid, nfe=2, ms=1.0):
         keys = ("fid_judge", "precision", "recall", "confidence")
-        return {"model": model, "sampler": sampler, "seed": seed, "nfe": nfe,
-                "fid_lenet": fid, "ms_per_image": ms, **dict.fromkeys(keys, 0.5)}  # fmt: skip
+        return {
+            "model": model,
+            "sampler": sampler,
+            "seed": seed,
+            "nfe": nfe,
+            "fid_lenet": fid,
+            "ms_per_image": ms,
+            **dict.fromkeys(keys, 0.5),
+        }
 
-    result = {"samples": 4, "threads": 2, "rows": [
-        row("ours", "one-step", 0, 10.0), row("ours", "one-step", 1, 20.0),
-        row("flow matching", "Euler, 4 steps", 0, 30.0, nfe=4, ms=99.0),
-        row("flow matching", "RK45", 0, 40.0, nfe=12, ms=99.0)]}  # fmt: skip
+    result = {
+        "samples": 4,
+        "threads": 2,
+        "rows": [
+            row("ours", "one-step", 0, 10.0),
+            row("ours", "one-step", 1, 20.0),
+            row("flow matching", "Euler, 4 steps", 0, 30.0, nfe=4, ms=99.0),
+            row("flow matching", "RK45", 0, 40.0, nfe=12, ms=99.0),
+        ],
+    }
     lines = quality.table(result).splitlines()
     assert "10.0 / 20.0 (**15.0**)" in lines[2] and "0 / 1" in lines[2]
     assert "30.0" in lines[3] and "(**" not in lines[3]
     times = {"flow matching|Euler, 4 steps": 8.0, "per evaluation": 2.0}
     (tmp_path / "timing.json").write_text(json.dumps({"ms_per_image": times}))
-    timed = {(r["model"], r["sampler"]): r["ms_per_image"] for r in
-             quality.with_timing(result, tmp_path)["rows"]}  # fmt: skip
+    timed = {
+        (r["model"], r["sampler"]): r["ms_per_image"]
+        for r in quality.with_timing(result, tmp_path)["rows"]
+    }
     assert timed[("flow matching", "Euler, 4 steps")] == 8.0
     assert timed[("flow matching", "RK45")] == 24.0  # its evaluations x one evaluation
     assert timed[("ours", "one-step")] == 1.0  # no time measured alone: the rating's

@@ -64,8 +64,9 @@ def test_k_acts_as_one_matrix_on_rows_on_dense_and_on_factored_b():
     cal = _calibration()
     k = cal.matrix()
     q, m = cal.basis, cal.core
-    assert_near(k, torch.eye(16, dtype=F64) + q @ (m - torch.eye(3, dtype=F64)) @ q.T,
-                eps_factor=100)  # fmt: skip
+    assert_near(
+        k, torch.eye(16, dtype=F64) + q @ (m - torch.eye(3, dtype=F64)) @ q.T, eps_factor=100
+    )
     z = torch.randn(5, 16, dtype=F64, generator=torch.Generator().manual_seed(2))
     assert_near(cal.apply_rows(z), z @ k.T, eps_factor=100)
     b = torch.randn(16, 16, dtype=F64, generator=torch.Generator().manual_seed(3))
@@ -192,17 +193,27 @@ def test_calibrate_command_fits_a_run_and_sample_can_leave_it_out(run, tmp_path,
             outs[bool(flag)] = z["samples"]
             assert json.loads(str(z["meta"]))["spec"]["maps"] == ("calibration" if flag else "none")
     assert not np.allclose(outs[True], outs[False])
-    for argv, why in (([str(copy), "--n", "1"], "--n must be >= 2"),
-                      (["pretrained:mnist"], "ships with its calibration"),
-                      ([str(tmp_path / "none")], "no such run folder")):  # fmt: skip
+    for argv, why in (
+        ([str(copy), "--n", "1"], "--n must be >= 2"),
+        (["pretrained:mnist"], "ships with its calibration"),
+        ([str(tmp_path / "none")], "no such run folder"),
+    ):
         assert main(["calibrate", *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and why in err[0]
 
 
 def test_evaluate_calibrates_the_fitted_sampler_only_and_says_so(run, tmp_path):
-    argv = ["evaluate", str(run), "--n", "16", "--kid-subsets", "2",
-            "--no-progress", "--no-references"]  # fmt: skip
+    argv = [
+        "evaluate",
+        str(run),
+        "--n",
+        "16",
+        "--kid-subsets",
+        "2",
+        "--no-progress",
+        "--no-references",
+    ]
     assert main(argv + ["--out", str(tmp_path / "a"), "--maps", "calibration"]) == 0
     assert main(argv + ["--out", str(tmp_path / "b")]) == 0
     a, b = (json.loads((tmp_path / x / "results.json").read_text()) for x in "ab")
@@ -226,9 +237,11 @@ def test_the_fit_through_a_factored_b_matches_the_dense_one(run, monkeypatch):
     model.calibration = fact
     kw = {"steps": 4, "final": "predict", "maps": "calibration"}
     assert isinstance(model.one_step_operator(**kw), factored.FactoredMatrix)
-    assert_near(model.one_step_operator(**kw).to_dense(),
-                dense.compose(solvers.collapse(model.op, steps=4, final="predict", method="euler")),
-                eps_factor=1e6)  # fmt: skip
+    assert_near(
+        model.one_step_operator(**kw).to_dense(),
+        dense.compose(solvers.collapse(model.op, steps=4, final="predict", method="euler")),
+        eps_factor=1e6,
+    )
     # the bases may differ in the sign of each column; K itself may not
     assert_near(fact.matrix(), dense.matrix(), eps_factor=1e6)
 
@@ -243,8 +256,13 @@ def test_a_pretrained_asset_carries_its_calibration(run, tmp_path, monkeypatch):
     monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path / "cache"))
     back, original = load_run("pretrained:tiny").model, load_run(run).model
     assert back.calibration is not None
-    assert_near(back.calibration.matrix(), original.calibration.matrix(), eps_factor=1,
-                dtype=torch.float32, what="float32 storage")  # fmt: skip
+    assert_near(
+        back.calibration.matrix(),
+        original.calibration.matrix(),
+        eps_factor=1,
+        dtype=torch.float32,
+        what="float32 storage",
+    )
     cal = back.calibration
     save_calibration(tmp_path, {"model": cal}, 1, FitOptions())
     assert load_calibration(tmp_path, 1, "model") is not None

@@ -58,9 +58,17 @@ def test_round_trip_continues_identically(tmp_path):
     adam_steps(net, opt, 3)
     ema.update(net)
     torch.manual_seed(5), np.random.seed(6), random.seed(7)
-    save_checkpoint(tmp_path, 3, net, optimizer=opt, ema=ema, config={"lr": 0.01},
-                    model_kind="toy", extra={"note": "hi"},
-                    extra_tensors={"t": torch.ones(2)})  # fmt: skip
+    save_checkpoint(
+        tmp_path,
+        3,
+        net,
+        optimizer=opt,
+        ema=ema,
+        config={"lr": 0.01},
+        model_kind="toy",
+        extra={"note": "hi"},
+        extra_tensors={"t": torch.ones(2)},
+    )
     after = (torch.rand(3), np.random.rand(3), random.random())
 
     net2 = make_net(6)
@@ -69,8 +77,9 @@ def test_round_trip_continues_identically(tmp_path):
             p.add_(1.0)
     opt2 = torch.optim.Adam(net2.parameters(), lr=1.0)
     ema2 = EMA(net2, decay=0.5)
-    ckpt = load_checkpoint(latest_checkpoint(tmp_path), net2, optimizer=opt2, ema=ema2,
-                           model_kind="toy")  # fmt: skip
+    ckpt = load_checkpoint(
+        latest_checkpoint(tmp_path), net2, optimizer=opt2, ema=ema2, model_kind="toy"
+    )
     assert (ckpt.step, ckpt.config, ckpt.extra) == (3, {"lr": 0.01}, {"note": "hi"})
     assert torch.equal(ckpt.meta["extra_tensors"]["t"], torch.ones(2))
     assert torch.equal(torch.rand(3), after[0])
@@ -88,9 +97,11 @@ def test_shared_weights_stored_once_and_files_are_plain(tmp_path):
     path = save_checkpoint(tmp_path, 1, net, model_kind="toy")
     meta = json.loads(sidecar(path).read_text())
     assert meta["model_aliases"] == {
-        "twice.0.weight": "body.0.weight", "twice.0.bias": "body.0.bias",
-        "twice.2.weight": "body.2.weight", "twice.2.bias": "body.2.bias",
-    }  # fmt: skip
+        "twice.0.weight": "body.0.weight",
+        "twice.0.bias": "body.0.bias",
+        "twice.2.weight": "body.2.weight",
+        "twice.2.bias": "body.2.bias",
+    }
     from safetensors.torch import load_file
 
     keys = load_file(str(path)).keys()
@@ -117,10 +128,15 @@ def test_keep_last_prunes_oldest(tmp_path):
     for step in range(1, 6):
         save_checkpoint(tmp_path, step, net, keep_last=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == [
-        "ckpt_00000004.safetensors", "ckpt_00000005.safetensors"]  # fmt: skip
+        "ckpt_00000004.safetensors",
+        "ckpt_00000005.safetensors",
+    ]
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
-        "ckpt_00000004.json", "ckpt_00000004.safetensors",
-        "ckpt_00000005.json", "ckpt_00000005.safetensors"]  # fmt: skip
+        "ckpt_00000004.json",
+        "ckpt_00000004.safetensors",
+        "ckpt_00000005.json",
+        "ckpt_00000005.safetensors",
+    ]
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "no-json", "bad-json", "no-tensors"])
@@ -224,7 +240,9 @@ def test_pretrained_round_trip_and_refusal(tmp_path):
     net = ToyNet(cfg.dim, cfg.width)
     save_pretrained(net, tmp_path / "hub", cfg, model_kind="toy")
     assert sorted(p.name for p in (tmp_path / "hub").iterdir()) == [
-        "config.json", "model.safetensors"]  # fmt: skip
+        "config.json",
+        "model.safetensors",
+    ]
     back = from_pretrained(tmp_path / "hub", lambda c: ToyNet(c.dim, c.width), ToyConfig, "toy")
     assert states_equal(back.state_dict(), net.state_dict()) and back.twice is back.body
     with pytest.raises(LinearizerError, match="different architecture"):

@@ -26,9 +26,26 @@ def run_ok(*argv) -> None:
 def test_every_command_has_help(capsys):
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
-    assert {"train", "sample", "invert", "interpolate", "svd", "repro", "project", "style",
-            "convert-official", "classifier", "info", "demo", "data", "swap", "evaluate",
-            "calibrate", "restore", "explore"} <= set(commands)  # fmt: skip
+    assert {
+        "train",
+        "sample",
+        "invert",
+        "interpolate",
+        "svd",
+        "repro",
+        "project",
+        "style",
+        "convert-official",
+        "classifier",
+        "info",
+        "demo",
+        "data",
+        "swap",
+        "evaluate",
+        "calibrate",
+        "restore",
+        "explore",
+    } <= set(commands)
     for name in commands:
         with pytest.raises(SystemExit) as exit_:
             main([name, "--help"])
@@ -50,8 +67,19 @@ def test_train_flow_options_dry_run_and_resume(smoke_flow_run, tmp_path, capsys)
 @pytest.mark.parametrize("mode", [[], ["--multi-step"]])
 def test_sample(smoke_flow_run, tmp_path, mode):
     out = tmp_path / "s"
-    run_ok("sample", smoke_flow_run, "--steps", "10", "--method", "rk4", "--n", "4", "--out", out,
-           *mode)  # fmt: skip
+    run_ok(
+        "sample",
+        smoke_flow_run,
+        "--steps",
+        "10",
+        "--method",
+        "rk4",
+        "--n",
+        "4",
+        "--out",
+        out,
+        *mode,
+    )
     with np.load(out / "samples.npz") as z:
         assert z["samples"].shape[0] == 4
     assert (out / "samples.png").is_file()
@@ -64,8 +92,9 @@ def test_invert_and_interpolate(smoke_flow_run, tmp_path):
     assert any(p.suffix == ".png" for p in (tmp_path / "int").iterdir())
 
 
-def test_interpolate_says_when_a_path_end_misses_its_image(smoke_flow_run, tmp_path, capsys,
-                                                           monkeypatch):  # fmt: skip
+def test_interpolate_says_when_a_path_end_misses_its_image(
+    smoke_flow_run, tmp_path, capsys, monkeypatch
+):
     from linearizer.cli import cmd_interpolate
     from linearizer.flow.inversion import interpolate
 
@@ -76,12 +105,23 @@ def test_interpolate_says_when_a_path_end_misses_its_image(smoke_flow_run, tmp_p
 
     monkeypatch.setattr(cmd_interpolate, "interpolate", off_at_the_end)
     capsys.readouterr()
-    run_ok("interpolate", smoke_flow_run, "--steps", "10", "--n", "3", "--pair", "2,5",
-           "--out", tmp_path / "int")  # fmt: skip
+    run_ok(
+        "interpolate",
+        smoke_flow_run,
+        "--steps",
+        "10",
+        "--n",
+        "3",
+        "--pair",
+        "2,5",
+        "--out",
+        tmp_path / "int",
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2, err  # one line per path, noise then latent
-    assert err[0].startswith("note: noise path, image 0 = test 2, 1 = test 5: the round trip "
-                             "of image(s) 1 is off")  # fmt: skip
+    assert err[0].startswith(
+        "note: noise path, image 0 = test 2, 1 = test 5: the round trip of image(s) 1 is off"
+    )
     assert err[1].startswith("note: latent path")
 
 
@@ -91,8 +131,21 @@ def test_svd(smoke_flow_run, tmp_path):
 
 
 def test_repro_on_smoke_settings(smoke_flow_run, tmp_path):
-    quick = ["--quick", "--n", "8", "--fid-n", "32", "--invert-n", "8", "--steps", "10",
-             "--long-steps", "20", "--k", "2"]  # fmt: skip
+    quick = [
+        "--quick",
+        "--n",
+        "8",
+        "--fid-n",
+        "32",
+        "--invert-n",
+        "8",
+        "--steps",
+        "10",
+        "--long-steps",
+        "20",
+        "--k",
+        "2",
+    ]
     run_ok("repro", smoke_flow_run, "--out", tmp_path / "r", *quick)
     assert (tmp_path / "r" / "results.json").is_file() and (tmp_path / "r" / "REPORT.md").is_file()
 
@@ -100,31 +153,73 @@ def test_repro_on_smoke_settings(smoke_flow_run, tmp_path):
 def test_projective_train_ign_and_project(smoke_projective_run, tmp_path):
     run_ok("project", smoke_projective_run, "--n", "2", "--out", tmp_path / "p")
     assert any((tmp_path / "p").iterdir())
-    run_ok("train", "projective", "--preset", "smoke", "--baseline", "ign",
-           "--set", "max_steps=2", "--out", tmp_path / "ign")  # fmt: skip
+    run_ok(
+        "train",
+        "projective",
+        "--preset",
+        "smoke",
+        "--baseline",
+        "ign",
+        "--set",
+        "max_steps=2",
+        "--out",
+        tmp_path / "ign",
+    )
     run_ok("project", tmp_path / "ign", "--n", "2", "--out", tmp_path / "pi")
 
 
 def test_style_commands(smoke_style_run, tmp_path):
     run_ok("style", "apply", smoke_style_run, "--style", "red", "--out", tmp_path / "a.png")
-    run_ok("style", "mix", smoke_style_run, "--weights", "red=0.3,blue=0.7",
-           "--out", tmp_path / "m.png")  # fmt: skip
-    run_ok("style", "interpolate", smoke_style_run, "--from", "red", "--to", "blue", "--n", "3",
-           "--out", tmp_path / "i.png")  # fmt: skip
+    run_ok(
+        "style",
+        "mix",
+        smoke_style_run,
+        "--weights",
+        "red=0.3,blue=0.7",
+        "--out",
+        tmp_path / "m.png",
+    )
+    run_ok(
+        "style",
+        "interpolate",
+        smoke_style_run,
+        "--from",
+        "red",
+        "--to",
+        "blue",
+        "--n",
+        "3",
+        "--out",
+        tmp_path / "i.png",
+    )
     for name in ("a.png", "m.png", "i.png"):
         assert (tmp_path / name).stat().st_size > 0
-    dry = [["apply", smoke_style_run, "--style", "red"],
-           ["mix", smoke_style_run, "--weights", "red=1"],
-           ["strength", smoke_style_run, "--style", "red"],
-           ["interpolate", smoke_style_run, "--from", "red", "--to", "blue"]]  # fmt: skip
+    dry = [
+        ["apply", smoke_style_run, "--style", "red"],
+        ["mix", smoke_style_run, "--weights", "red=1"],
+        ["strength", smoke_style_run, "--style", "red"],
+        ["interpolate", smoke_style_run, "--from", "red", "--to", "blue"],
+    ]
     for argv in dry:  # every style command that writes takes --dry-run and writes nothing
         run_ok("style", *argv, "--out", tmp_path / "dry" / "x.png", "--dry-run")
     run_ok("style", "evaluate", smoke_style_run, "--out", tmp_path / "dry" / "e", "--dry-run")
     assert not (tmp_path / "dry").exists()
     content = write_png(tmp_path / "in" / "cat.png", 1)
     style = write_png(tmp_path / "in" / "s.png", 2)
-    run_ok("style", "targets", "--content", content, "--style-image", f"red={style}",
-           "--out", tmp_path / "t", "--size", "16", "--steps", "1")  # fmt: skip
+    run_ok(
+        "style",
+        "targets",
+        "--content",
+        content,
+        "--style-image",
+        f"red={style}",
+        "--out",
+        tmp_path / "t",
+        "--size",
+        "16",
+        "--steps",
+        "1",
+    )
     assert (tmp_path / "t" / "red" / "cat.png").is_file()
 
 
@@ -173,8 +268,11 @@ def test_init_from_starts_from_a_runs_weights_and_refuses_other_shapes(
     from linearizer.training.runs import load_run
 
     def train(out, *sets: str) -> int:
-        args = [a for kv in (f"init_from={smoke_flow_run}", "lr=0", "ema_decay=0", "max_steps=1",
-                             *sets) for a in ("--set", kv)]  # fmt: skip
+        args = [
+            a
+            for kv in (f"init_from={smoke_flow_run}", "lr=0", "ema_decay=0", "max_steps=1", *sets)
+            for a in ("--set", kv)
+        ]
         return main(["train", "flow", "--preset", "smoke", *args, "--out", str(out)])
 
     assert train(tmp_path / "warm", "network.shift_bound=16") == 0

@@ -179,8 +179,16 @@ def test_converted_rgb_release_reproduces_the_authors_samples(tmp_path, capsys):
     }
     for key, how in cases.items():
         out = tmp_path / key
-        argv = ["sample", str(run), "--noise", str(tmp_path / "x0.npy"), "--out", str(out),
-                "--final", "skip"]  # the authors' grid  # fmt: skip
+        argv = [
+            "sample",
+            str(run),
+            "--noise",
+            str(tmp_path / "x0.npy"),
+            "--out",
+            str(out),
+            "--final",
+            "skip",
+        ]  # the authors' grid
         assert main(argv + how) == 0
         with np.load(out / "samples.npz") as z:
             ours = z["samples"].astype(np.float64)
@@ -233,8 +241,10 @@ def test_projective_runs_project_colour_images(rgb_runs, preset, tmp_path):
     run = load_run(rgb_runs / preset)
     assert run.config.data.channels == 3
     out = tmp_path / "out"
-    assert main(["project", str(rgb_runs / preset), "--input", "noise", "--n", "3",
-                 "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        main(["project", str(rgb_runs / preset), "--input", "noise", "--n", "3", "--out", str(out)])
+        == 0
+    )
     assert (out / "strip_noise.png").is_file()
     with Image.open(out / "strip_noise.png") as img:
         assert img.mode == "RGB"
@@ -248,8 +258,21 @@ def test_gpu_celeba_step_runs_on_cpu(tmp_path):
     import sys
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_celeba.py"
-    cmd = [sys.executable, str(script), "--device", "cpu", "--tiny", "--steps", "1",
-           "--samples", "4", "--probe-steps", "1", "--out", str(tmp_path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(script),
+        "--device",
+        "cpu",
+        "--tiny",
+        "--steps",
+        "1",
+        "--samples",
+        "4",
+        "--probe-steps",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "gpu_celeba.json").read_text())

@@ -19,7 +19,7 @@ from linearizer.operators import TimeLoRA
 from linearizer.testing import LinearizerTests
 from linearizer.training.config import resolve
 from linearizer.training.trainer import train
-from tolerance import assert_near
+from tolerance import assert_near, eps
 
 F64 = torch.float64
 CLASSES = 3
@@ -28,8 +28,9 @@ CLASSES = 3
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cond") / "run"
-    cfg = resolve("flow", "smoke", ["max_steps=4", "progress=false", "conditional=true",
-                                    f"classes={CLASSES}"])  # fmt: skip
+    cfg = resolve(
+        "flow", "smoke", ["max_steps=4", "progress=false", "conditional=true", f"classes={CLASSES}"]
+    )
     train(FlowTask(), cfg, folder)
     return folder
 
@@ -139,7 +140,9 @@ def test_class_frequencies_and_accuracy():
 def test_training_draws_labels_and_records_the_prior(run):
     model, cfg, _ = load_flow_run(run)
     assert cfg.conditional and model.classes == CLASSES
-    assert math.isclose(float(model.class_prior.sum()), 1.0, rel_tol=1e-6)
+    # a float32 sum of normalised weights: one rounding per term at most
+    prior = model.class_prior
+    assert math.isclose(float(prior.sum()), 1.0, rel_tol=4 * len(prior) * eps(prior.dtype))
     assert model.op.u_class.weight.abs().sum() > 0  # the embeddings trained
 
 
@@ -178,25 +181,92 @@ class TestGuidedGenerator(LinearizerTests):
 
 
 def test_cli_sample_class_swap_and_evaluate(run, tmp_path, capsys):
-    assert main(["sample", str(run), "--class", "1", "--guidance", "2", "--steps", "20",
-                 "--n", "6", "--out", str(tmp_path / "s")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sample",
+                str(run),
+                "--class",
+                "1",
+                "--guidance",
+                "2",
+                "--steps",
+                "20",
+                "--n",
+                "6",
+                "--out",
+                str(tmp_path / "s"),
+            ]
+        )
+        == 0
+    )
     meta = json.loads((tmp_path / "s" / "samples.json").read_text())
     assert meta["spec"]["label"] == 1 and meta["spec"]["guidance"] == 2.0
     assert meta["labels"] == [1] * 6
-    assert main(["sample", str(run), "--steps", "20", "--n", "7", "--seed", "3",
-                 "--out", str(tmp_path / "m")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "sample",
+                str(run),
+                "--steps",
+                "20",
+                "--n",
+                "7",
+                "--seed",
+                "3",
+                "--out",
+                str(tmp_path / "m"),
+            ]
+        )
+        == 0
+    )
     with np.load(tmp_path / "m" / "samples.npz") as f:
         labels = f["labels"]
     assert len(labels) == 7 and set(labels.tolist()) <= set(range(CLASSES))
     capsys.readouterr()
-    assert main(["swap", str(run), "--from", "1", "--to", "0,2", "--steps", "20", "--n", "3",
-                 "--out", str(tmp_path / "w")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "swap",
+                str(run),
+                "--from",
+                "1",
+                "--to",
+                "0,2",
+                "--steps",
+                "20",
+                "--n",
+                "3",
+                "--out",
+                str(tmp_path / "w"),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "round-trip PSNR" in text and (tmp_path / "w" / "swap.png").exists()
     with np.load(tmp_path / "w" / "swap.npz") as f:
         assert f["swapped"].shape[:2] == (3, 2)
-    assert main(["evaluate", str(run), "--n", "40", "--steps", "20", "--guidances", "0,1",
-                 "--no-progress", "--batch", "20", "--out", str(tmp_path / "e")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "evaluate",
+                str(run),
+                "--n",
+                "40",
+                "--steps",
+                "20",
+                "--guidances",
+                "0,1",
+                "--no-progress",
+                "--batch",
+                "20",
+                "--out",
+                str(tmp_path / "e"),
+            ]
+        )
+        == 0
+    )
     res = json.loads((tmp_path / "e" / "results.json").read_text())
     assert [r["name"] for r in res["rows"]] == ["w=0", "w=1"]
     assert len(res["rows"][0]["lenet_accuracy"]) == CLASSES

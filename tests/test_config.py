@@ -178,8 +178,9 @@ def test_a_flow_model_is_built_from_its_model_config_alone():
     assert part.to_dict().items() <= cpu.to_dict().items()
     # A model config reads back as the whole config's model keys (the saved layout is flat).
     assert FlowConfig.from_dict(part.to_dict()).model_config() == part
-    tiny = FlowModelConfig(network=NetworkConfig(img_size=8, blocks=1, hidden=8), rank=3,
-                           lora_emb=8, lora_hidden=16)  # fmt: skip
+    tiny = FlowModelConfig(
+        network=NetworkConfig(img_size=8, blocks=1, hidden=8), rank=3, lora_emb=8, lora_hidden=16
+    )
     assert build_flow(tiny).op.rank == 3
     with pytest.raises(LinearizerError, match="rank"):
         FlowModelConfig(rank=0)

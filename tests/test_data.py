@@ -183,8 +183,10 @@ def test_no_source_lists_what_was_tried(tmp_path):
     assert "cache " in text and "not found" in text and "\n" not in text
 
 
-EXPECTED_NAMES = ("train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
-                  "t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]")  # fmt: skip
+EXPECTED_NAMES = (
+    "train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
+    "t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]"
+)
 
 
 def test_a_named_root_is_the_only_source(tmp_path, monkeypatch):
@@ -223,8 +225,10 @@ def test_cli_data_fetch_from_a_folder_without_idx_files_fails_in_one_line(
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
-    assert err == (f"linearizer: error: root folder {empty} holds none of the four IDX files "
-                   f"{EXPECTED_NAMES}\n")  # fmt: skip
+    assert err == (
+        f"linearizer: error: root folder {empty} holds none of the four IDX files "
+        f"{EXPECTED_NAMES}\n"
+    )
     assert not (tmp_path / "cache").exists()
     assert main([*argv, "--dry-run"]) == 0
     plan = capsys.readouterr().out

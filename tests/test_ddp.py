@@ -21,8 +21,19 @@ from linearizer.training.tracking import read_metrics
 from linearizer.training.trainer import train
 from toy_task import SCRIPT, ToyConfig, ToyTask
 
-SETTINGS = ["dim=4", "width=16", "n_data=64", "batch_size=16", "threads=1", "progress=false",
-            "ema_warmup=3", "lr=1e-2", "log_every=5", "ckpt_every=10", "max_steps=20"]  # fmt: skip
+SETTINGS = [
+    "dim=4",
+    "width=16",
+    "n_data=64",
+    "batch_size=16",
+    "threads=1",
+    "progress=false",
+    "ema_warmup=3",
+    "lr=1e-2",
+    "log_every=5",
+    "ckpt_every=10",
+    "max_steps=20",
+]
 TOLERANCE = 1e-6
 
 
@@ -35,9 +46,23 @@ def free_port() -> int:
 def test_two_gloo_processes_match_one_process(tmp_path):
     one = train(ToyTask(), apply_overrides(ToyConfig(), SETTINGS), tmp_path / "one")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node",
-           "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           SCRIPT, str(tmp_path / "two"), "--set", *SETTINGS]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        SCRIPT,
+        str(tmp_path / "two"),
+        "--set",
+        *SETTINGS,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -59,5 +84,8 @@ def test_two_gloo_processes_match_one_process(tmp_path):
     assert sum("summary" in r for r in records) == 1
     assert json.loads((tmp_path / "two" / "run.json").read_text())["world"] == 2
     assert sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir()) == [
-        "ckpt_00000010.json", "ckpt_00000010.safetensors",
-        "ckpt_00000020.json", "ckpt_00000020.safetensors"]  # fmt: skip
+        "ckpt_00000010.json",
+        "ckpt_00000010.safetensors",
+        "ckpt_00000020.json",
+        "ckpt_00000020.safetensors",
+    ]

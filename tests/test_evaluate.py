@@ -84,8 +84,19 @@ def test_evaluate_flow_rows_and_reference_order(run):
 
 def test_evaluate_command_writes_results_and_grids(run, tmp_path):
     out = tmp_path / "eval"
-    argv = ["evaluate", str(run), "--n", "32", "--steps", "4",
-            "--kid-subsets", "2", "--no-progress", "--out", str(out)]  # fmt: skip
+    argv = [
+        "evaluate",
+        str(run),
+        "--n",
+        "32",
+        "--steps",
+        "4",
+        "--kid-subsets",
+        "2",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     assert main(argv + ["--dry-run"]) == 0
     assert not out.exists()
     assert main(argv) == 0

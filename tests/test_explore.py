@@ -35,15 +35,33 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("explore")
     quiet = ["--set", "progress=false"]
     assert main(["train", "flow", "--preset", "smoke", "--out", str(root / "flow"), *quiet]) == 0
-    assert main(["train", "projective", "--preset", "smoke", "--out", str(root / "proj"),
-                 *quiet]) == 0  # fmt: skip
+    assert (
+        main(["train", "projective", "--preset", "smoke", "--out", str(root / "proj"), *quiet]) == 0
+    )
     for i, path in enumerate(["cat.png", "t/red/cat.png", "t/blue/cat.png"]):
         img = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(i))
         save_image(img, root / "s" / path)
     for name, bank in (("style", "operators"), ("index", "index")):
         content, styles = str(root / "s" / "cat.png"), str(root / "s" / "t")
-        assert main(["train", "style", "--preset", "smoke", "--content", content, "--styles",
-                     styles, "--out", str(root / name), "--set", f"bank={bank}"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "train",
+                    "style",
+                    "--preset",
+                    "smoke",
+                    "--content",
+                    content,
+                    "--styles",
+                    styles,
+                    "--out",
+                    str(root / name),
+                    "--set",
+                    f"bank={bank}",
+                ]
+            )
+            == 0
+        )
     return root
 
 
@@ -60,8 +78,9 @@ def cond(tmp_path_factory):
     """A class-conditional smoke run (3 classes), its operator's weights moved so that the
     classes differ (four smoke steps leave the class embeddings near their zero init)."""
     folder = tmp_path_factory.mktemp("explore-cond") / "run"
-    cfg = resolve("flow", "smoke", ["max_steps=4", "progress=false", "conditional=true",
-                                    f"classes={CLASSES}"])  # fmt: skip
+    cfg = resolve(
+        "flow", "smoke", ["max_steps=4", "progress=false", "conditional=true", f"classes={CLASSES}"]
+    )
     train(FlowTask(), cfg, folder)
     run = open_run(folder)
     gen = torch.Generator().manual_seed(0)
@@ -181,9 +200,11 @@ def test_conditional_generate_one_class_and_the_mixture(cond):
     with torch.no_grad():
         want = f.model.sample(_x0(f, 0, 4), spec.replace(label=None, guidance=0.0), labels=labels)
     assert np.array_equal(mixed, picture(want, 4))
-    for label, w, message in (("7", 0.0, "class 7 is out of range"),
-                              ("x", 0.0, "class must be 'mixture' or 0..2"),
-                              ("1", float("nan"), "guidance must be a finite number")):  # fmt: skip
+    for label, w, message in (
+        ("7", 0.0, "class 7 is out of range"),
+        ("x", 0.0, "class must be 'mixture' or 0..2"),
+        ("1", float("nan"), "guidance must be a finite number"),
+    ):
         with pytest.raises(LinearizerError, match=message):
             f.generate(0, 1, 10, "euler", label, w)
 
@@ -371,8 +392,9 @@ def test_page_conditional_pickers(serve, cond, tmp_path):
     assert "drawn from the training frequencies" in text
     digit = gradio_client.handle_file(_png(tmp_path / "d.png", _digit()))
     sketch = {"background": None, "layers": [], "composite": digit}
-    seen, noise, again, strip, text = client.predict(sketch, None, 0, "2", "all",
-                                                     api_name="/invert")  # fmt: skip
+    seen, noise, again, strip, text = client.predict(
+        sketch, None, 0, "2", "all", api_name="/invert"
+    )
     assert "class 2:" in text and "Swapped back to class 2" in text
     assert _read(strip).shape[1] > CLASSES * _read(seen).shape[1]
     a, b, text = client.predict(None, digit, 0, None, 2, 4, "2", api_name="/interpolate")
@@ -404,8 +426,10 @@ def test_page_project(serve, runs, tmp_path):
     assert "idempotence residual" in text and _read(once).shape == _read(twice).shape
     strip, text = client.predict(None, digit, 0, "sr2", api_name="/restore")
     assert "sr2" in text and _read(strip).shape[1] > 4 * _read(strip).shape[0]
-    names = {e.lstrip("/") for e in client.view_api(print_info=False, return_format="dict")[
-        "named_endpoints"]}  # fmt: skip
+    names = {
+        e.lstrip("/")
+        for e in client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    }
     assert "generate" not in names and "walk" not in names  # flow tabs hidden
 
 
@@ -414,14 +438,26 @@ def test_latency_benchmark_runs(tmp_path):
     """benchmarks/explore_latency.py stays runnable (a smoke run; no timing asserts)."""
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "explore_latency.py"
     out = tmp_path / "latency.json"
-    cmd = [sys.executable, str(script), "--quick", "--threads", "1", "--run", "untrained:flow",
-           "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(script),
+        "--quick",
+        "--threads",
+        "1",
+        "--run",
+        "untrained:flow",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())["results"][0]["rows"]
     assert {r["interaction"].split(" ")[0] for r in rows} == {
-        "generate", "walk", "invert", "interpolate"
-    }  # fmt: skip
+        "generate",
+        "walk",
+        "invert",
+        "interpolate",
+    }
 
 
 @needs_app

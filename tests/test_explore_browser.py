@@ -55,8 +55,13 @@ def _smoke(tmp_path_factory, kind: str, *settings: str) -> str:
 def _chrome():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,1500"):  # fmt: skip
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,1500",
+    ):
         options.add_argument(arg)
     return webdriver.Chrome(service=webdriver.ChromeService(DRIVER), options=options)
 
@@ -181,15 +186,30 @@ def test_screenshot_script_on_a_conditional_run(tmp_path_factory, tmp_path):
     flow tab, with a class and guidance picked."""
     run = _smoke(tmp_path_factory, "flow", "conditional=true", "classes=3")
     script = Path(__file__).resolve().parents[1] / "scripts" / "explore_screenshots.py"
-    cmd = [sys.executable, str(script), run, "--out", str(tmp_path), "--class", "2",
-           "--guidance", "1", "--walk", "1"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(script),
+        run,
+        "--out",
+        str(tmp_path),
+        "--class",
+        "2",
+        "--guidance",
+        "1",
+        "--walk",
+        "1",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in ("generate", "walk", "invert"):
         with Image.open(tmp_path / f"{name}.png") as img:
             assert img.width == 1280 and img.height > 500
-    bad = subprocess.run([sys.executable, str(script), str(tmp_path / "missing")],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "missing")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and bad.stderr.strip().startswith("explore_screenshots: error:")
 
 

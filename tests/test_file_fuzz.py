@@ -36,8 +36,12 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
 def _png_claiming(width: int, height: int) -> bytes:
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
     idat = zlib.compress(b"\x00" * 64)
-    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", idat)
-            + _png_chunk(b"IEND", b""))  # fmt: skip
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", ihdr)
+        + _png_chunk(b"IDAT", idat)
+        + _png_chunk(b"IEND", b"")
+    )
 
 
 def _npz(members: dict[str, bytes]) -> bytes:
@@ -104,7 +108,7 @@ SAFETENSORS_FILES = {
     "huge-tensor.safetensors": (lambda h: struct.pack("<Q", len(h)) + h)(
         json.dumps(
             {"w": {"dtype": "F32", "shape": [10**9, 10**9], "data_offsets": [0, 4 * 10**18]}}
-        ).encode()  # fmt: skip
+        ).encode()
     ),
 }
 
@@ -134,9 +138,12 @@ def bad(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad-files")
     groups = {}
     for group, files in {
-        "array": ARRAY_FILES, "image": IMAGE_FILES, "json": JSON_FILES,
-        "safetensors": SAFETENSORS_FILES, "checkpoint": CHECKPOINT_FILES,
-    }.items():  # fmt: skip
+        "array": ARRAY_FILES,
+        "image": IMAGE_FILES,
+        "json": JSON_FILES,
+        "safetensors": SAFETENSORS_FILES,
+        "checkpoint": CHECKPOINT_FILES,
+    }.items():
         paths = {}
         for name, data in files.items():
             (root / name).write_bytes(data)
@@ -150,13 +157,21 @@ def bad(tmp_path_factory):
 
 # crafted files: the message must name the problem, not just fail somewhere later
 PROBLEM = {
-    "object.npy": "pickled", "object.npz": "pickled", "huge-claim.npy": "claims",
-    "huge-claim.npz": "claims", "truncated.npy": "holds only", "deep.json": "deeper",
-    "deep-object.json": "deeper", "list.json": "JSON object", "bomb.png": "pixels",
-    "huge-header.safetensors": "header claims", "deep.pth": "too deeply",
-    "huge-storage.pth": "holds 4 bytes", "strings.npy": "not numbers",
+    "object.npy": "pickled",
+    "object.npz": "pickled",
+    "huge-claim.npy": "claims",
+    "huge-claim.npz": "claims",
+    "truncated.npy": "holds only",
+    "deep.json": "deeper",
+    "deep-object.json": "deeper",
+    "list.json": "JSON object",
+    "bomb.png": "pixels",
+    "huge-header.safetensors": "header claims",
+    "deep.pth": "too deeply",
+    "huge-storage.pth": "holds 4 bytes",
+    "strings.npy": "not numbers",
     "complex.npy": "not numbers",
-}  # fmt: skip
+}
 
 
 def _fails_cleanly(argv: list[str], capsys, path, bad_name: str | None = None) -> None:
@@ -196,9 +211,10 @@ def test_sample_noise(smoke_flow_run, bad, name, tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "group, name",
-    [("array", n) for n in sorted(ARRAY_FILES)] + [("image", n) for n in sorted(IMAGE_FILES)]
+    [("array", n) for n in sorted(ARRAY_FILES)]
+    + [("image", n) for n in sorted(IMAGE_FILES)]
     + [("array", "a-directory"), ("array", "missing")],
-)  # fmt: skip
+)
 def test_invert_images(smoke_flow_run, bad, group, name, tmp_path, capsys):
     path = bad[group][name]
     argv = ["invert", smoke_flow_run, "--images", path, "--out", tmp_path / "o", "--steps", "2"]
@@ -208,27 +224,50 @@ def test_invert_images(smoke_flow_run, bad, group, name, tmp_path, capsys):
 @pytest.mark.parametrize("name", sorted(ARRAY_FILES) + ["a-directory", "missing"])
 def test_project_input(smoke_projective_run, bad, name, tmp_path, capsys):
     path = bad["array"][name]
-    _fails_cleanly(["project", smoke_projective_run, "--input", path, "--out", tmp_path / "o"],
-                   capsys, path)  # fmt: skip
+    _fails_cleanly(
+        ["project", smoke_projective_run, "--input", path, "--out", tmp_path / "o"], capsys, path
+    )
 
 
 @pytest.mark.parametrize(
     "group, name",
-    [("array", n) for n in sorted(ARRAY_FILES)] + [("image", n) for n in sorted(IMAGE_FILES)]
+    [("array", n) for n in sorted(ARRAY_FILES)]
+    + [("image", n) for n in sorted(IMAGE_FILES)]
     + [("array", "a-directory"), ("array", "missing")],
-)  # fmt: skip
+)
 def test_restore_input(smoke_projective_run, bad, group, name, tmp_path, capsys):
     path = bad[group][name]
-    argv = ["restore", smoke_projective_run, "--task", "sr2", "--input", path, "--methods",
-            "pinv", "--n", "2", "--out", tmp_path / "o"]  # fmt: skip
+    argv = [
+        "restore",
+        smoke_projective_run,
+        "--task",
+        "sr2",
+        "--input",
+        path,
+        "--methods",
+        "pinv",
+        "--n",
+        "2",
+        "--out",
+        tmp_path / "o",
+    ]
     _fails_cleanly(argv, capsys, path)
 
 
 @pytest.mark.parametrize("name", sorted(IMAGE_FILES) + ["a-directory", "missing"])
 def test_style_apply_input(smoke_style_run, bad, name, tmp_path, capsys):
     path = bad["image"][name]
-    argv = ["style", "apply", smoke_style_run, "--input", path, "--style", "red",
-            "--out", tmp_path / "x.png"]  # fmt: skip
+    argv = [
+        "style",
+        "apply",
+        smoke_style_run,
+        "--input",
+        path,
+        "--style",
+        "red",
+        "--out",
+        tmp_path / "x.png",
+    ]
     _fails_cleanly(argv, capsys, path)
 
 
@@ -249,8 +288,18 @@ def test_classifier_weights(bad, name, capsys):
 def test_style_vgg_weights(bad, name, tmp_path, capsys):
     group = "safetensors" if name.endswith(".safetensors") else "checkpoint"
     path = bad[group][name]
-    argv = ["style", "targets", "--features", f"vgg19:{path}", "--out", tmp_path / "t",
-            "--steps", "1", "--size", "16"]  # fmt: skip
+    argv = [
+        "style",
+        "targets",
+        "--features",
+        f"vgg19:{path}",
+        "--out",
+        tmp_path / "t",
+        "--steps",
+        "1",
+        "--size",
+        "16",
+    ]
     _fails_cleanly(argv, capsys, path)
 
 
@@ -293,8 +342,9 @@ def test_flow_run_checkpoint_sidecar(smoke_flow_run, bad, name, tmp_path, capsys
 
 
 @pytest.mark.parametrize("name", sorted(JSON_FILES))
-def test_projective_and_style_run_config(smoke_projective_run, smoke_style_run, bad, name,
-                                         tmp_path, capsys):  # fmt: skip
+def test_projective_and_style_run_config(
+    smoke_projective_run, smoke_style_run, bad, name, tmp_path, capsys
+):
     data = bad["json"][name].read_bytes()
     run, target = _broken_run(smoke_projective_run, tmp_path / "p", "config.json", data)
     _fails_cleanly(["project", run, "--out", tmp_path / "o"], capsys, target, name)

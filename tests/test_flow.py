@@ -211,9 +211,24 @@ def test_unknown_config_key_and_nan_loss_stop_cleanly(tmp_path, capsys):
     assert main(["train", "flow", "--preset", "smoke", "--set", "nosuch=1", "--dry-run"]) == 2
     assert "unknown config key 'nosuch'" in capsys.readouterr().err
     folder = tmp_path / "nan"
-    code = main(["train", "flow", "--preset", "smoke", "--out", str(folder),
-                 "--set", "lr=1e30", "--set", "max_steps=30", "--set", "ckpt_every=1",
-                 "--set", "progress=false"])  # fmt: skip
+    code = main(
+        [
+            "train",
+            "flow",
+            "--preset",
+            "smoke",
+            "--out",
+            str(folder),
+            "--set",
+            "lr=1e30",
+            "--set",
+            "max_steps=30",
+            "--set",
+            "ckpt_every=1",
+            "--set",
+            "progress=false",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "non-finite" in err.lower()
 
@@ -225,8 +240,7 @@ def test_flow_run_resumes_bit_for_bit(tmp_path, extra):
     runs of rows)."""
     from linearizer.training.checkpoint import latest_checkpoint, read_checkpoint
 
-    common = ["progress=false", "ckpt_every=4", "ema_warmup=3", "log_every=1", "threads=1",
-              *extra]  # fmt: skip
+    common = ["progress=false", "ckpt_every=4", "ema_warmup=3", "log_every=1", "threads=1", *extra]
 
     def cfg(steps):
         return resolve("flow", "smoke", [*common, f"max_steps={steps}"])
@@ -259,8 +273,17 @@ def test_sample_command_passes_its_flags_to_the_model(run, tmp_path, flags, kwar
     """What ``linearizer sample`` writes equals ``OneStepFlow.sample`` with the same spec."""
     x0 = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(5))
     np.save(tmp_path / "noise.npy", x0.numpy())
-    argv = ["sample", str(run), "--out", str(tmp_path / "o"), "--steps", "12",
-            "--noise", str(tmp_path / "noise.npy"), *flags]  # fmt: skip
+    argv = [
+        "sample",
+        str(run),
+        "--out",
+        str(tmp_path / "o"),
+        "--steps",
+        "12",
+        "--noise",
+        str(tmp_path / "noise.npy"),
+        *flags,
+    ]
     assert main(argv) == 0
     with np.load(tmp_path / "o" / "samples.npz") as z:
         got = torch.from_numpy(z["samples"])
@@ -293,8 +316,11 @@ def test_bfloat16_conditioners_train_and_are_recorded(tmp_path):
     losses = {}
     for precision in ("float32", "bfloat16", "auto"):
         folder = tmp_path / precision
-        train(FlowTask(), resolve("flow", "smoke", [*common, f"conditioner_precision={precision}"]),
-              folder)  # fmt: skip
+        train(
+            FlowTask(),
+            resolve("flow", "smoke", [*common, f"conditioner_precision={precision}"]),
+            folder,
+        )
         recorded = json.loads((folder / "run.json").read_text())["conditioner_precision"]
         assert recorded == resolve_precision(precision, torch.device("cpu"))
         losses[precision] = [r["loss"] for r in read_metrics(folder) if "loss" in r]

@@ -31,10 +31,12 @@ def test_flag_actnorm_standardises_each_flag_and_inverts():
     y = norm(x, flags)
     for part in (y[:32], y[32:]):
         values = part.transpose(0, 1).reshape(4, -1)
-        torch.testing.assert_close(values.mean(1), torch.zeros(4, dtype=torch.float64),
-                                   rtol=0, atol=1e3 * EPS)  # fmt: skip
-        torch.testing.assert_close(values.std(1), torch.ones(4, dtype=torch.float64),
-                                   rtol=1e-5, atol=0)  # fmt: skip
+        torch.testing.assert_close(
+            values.mean(1), torch.zeros(4, dtype=torch.float64), rtol=0, atol=1e3 * EPS
+        )
+        torch.testing.assert_close(
+            values.std(1), torch.ones(4, dtype=torch.float64), rtol=1e-5, atol=0
+        )
     torch.testing.assert_close(norm.inverse(y, flags), x, rtol=1e3 * EPS, atol=1e3 * EPS * 2)
     # one flag at a time gives the same as the mixed batch
     torch.testing.assert_close(norm(data, torch.ones(32).double()), y[32:], rtol=0, atol=0)
@@ -48,8 +50,9 @@ def test_flag_actnorm_network_round_trip_and_state_dict():
     assert "op.u_net.6.weight" in keys  # the basis layer after the hidden layers
     x = torch.rand(4, 1, 8, 8, dtype=torch.float64)
     for flag in (0.0, 1.0):
-        torch.testing.assert_close(model.decode(model.encode(x, flag), flag), x,
-                                   rtol=1e3 * EPS, atol=1e3 * EPS)  # fmt: skip
+        torch.testing.assert_close(
+            model.decode(model.encode(x, flag), flag), x, rtol=1e3 * EPS, atol=1e3 * EPS
+        )
 
 
 def test_basis_operator_matches_its_dense_matrix():
@@ -116,23 +119,36 @@ def test_time_sampling():
 
 def test_time_clock_decays_with_the_budget_or_the_steps_whichever_is_further():
     from linearizer.training.config import TrainConfig
-    from linearizer.training.trainer import lr_at
+    from linearizer.training.schedule import lr_at
 
-    cfg = TrainConfig(lr=1.0, schedule="linear", min_lr_ratio=0.0, warmup_steps=10,
-                      max_steps=1000, max_minutes=2.0, lr_clock="time")  # fmt: skip
+    cfg = TrainConfig(
+        lr=1.0,
+        schedule="linear",
+        min_lr_ratio=0.0,
+        warmup_steps=10,
+        max_steps=1000,
+        max_minutes=2.0,
+        lr_clock="time",
+    )
     assert lr_at(cfg, 5, elapsed_s=100.0) == pytest.approx(0.6)  # warm-up ignores the clock
     assert lr_at(cfg, 10, elapsed_s=30.0) == pytest.approx(0.75)  # a quarter of 120 s
     assert lr_at(cfg, 10, elapsed_s=500.0) == 0.0
     assert lr_at(cfg, 505, elapsed_s=0.0) == pytest.approx(0.5)  # steps further along
-    steps = TrainConfig(lr=1.0, schedule="linear", warmup_steps=10, max_steps=1000,
-                        max_minutes=2.0)  # fmt: skip
+    steps = TrainConfig(lr=1.0, schedule="linear", warmup_steps=10, max_steps=1000, max_minutes=2.0)
     assert lr_at(steps, 10, elapsed_s=500.0) == 1.0
     with pytest.raises(LinearizerError, match="max_minutes"):
         TrainConfig(lr_clock="time")
     # finish_minutes comes out of the steps' budget: the decay ends that much earlier
-    kept = TrainConfig(lr=1.0, schedule="linear", min_lr_ratio=0.0, warmup_steps=10,
-                       max_steps=1000, max_minutes=2.0, finish_minutes=1.5,
-                       lr_clock="time")  # fmt: skip
+    kept = TrainConfig(
+        lr=1.0,
+        schedule="linear",
+        min_lr_ratio=0.0,
+        warmup_steps=10,
+        max_steps=1000,
+        max_minutes=2.0,
+        finish_minutes=1.5,
+        lr_clock="time",
+    )
     assert kept.step_seconds() == 30.0
     assert lr_at(kept, 10, elapsed_s=15.0) == pytest.approx(0.5)
     for bad in (2.0, 3.0, -1.0):
@@ -196,13 +212,15 @@ def test_flag_logit_linear_tails_match_on_pixels_and_invert_everywhere():
     torch.testing.assert_close(lin(lin.inverse(z, one), one), z, rtol=0, atol=1e3 * EPS * 40)
     assert float((sig(sig.inverse(z, one), one) - z).abs().max()) > 1.0
     # clamped to [0, 1], both tails decode every latent to the same image
-    torch.testing.assert_close(lin.inverse(z, one).clamp(0, 1), sig.inverse(z, one).clamp(0, 1),
-                               rtol=0, atol=1e2 * EPS)  # fmt: skip
+    torch.testing.assert_close(
+        lin.inverse(z, one).clamp(0, 1), sig.inverse(z, one).clamp(0, 1), rtol=0, atol=1e2 * EPS
+    )
     # value and slope continue across the edges (C1), so gradients exist everywhere
     x = torch.tensor([[[[-0.3, 1e-3, 0.999, 1.7]]]], dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda v: lin(v, one[:1]), (x,))
-    edge = torch.tensor([[[[-1e-9, 1e-9, 1 - 1e-9, 1 + 1e-9]]]], dtype=torch.float64,
-                        requires_grad=True)  # fmt: skip
+    edge = torch.tensor(
+        [[[[-1e-9, 1e-9, 1 - 1e-9, 1 + 1e-9]]]], dtype=torch.float64, requires_grad=True
+    )
     y = lin(edge, one[:1]).flatten()
     gaps = (y[1::2] - y[::2]).detach().abs()
     assert float(gaps.max()) < 1e-6
@@ -224,8 +242,9 @@ def test_logit_network_round_trip_and_config_checks():
     model.encode(x, torch.tensor([0.0, 1.0] * 3).double())  # data-dependent ActNorm start
     model.eval()
     flags = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0], dtype=torch.float64)
-    torch.testing.assert_close(model.decode(model.encode(x, flags), flags), x,
-                               rtol=0, atol=1e4 * EPS)  # fmt: skip
+    torch.testing.assert_close(
+        model.decode(model.encode(x, flags), flags), x, rtol=0, atol=1e4 * EPS
+    )
     samples = model.sample(
         torch.randn(5, 1, 8, 8, generator=gen, dtype=torch.float64), steps=4, final="skip"
     )
@@ -257,8 +276,9 @@ def test_dense_blocks_invert_exactly_and_see_the_whole_image():
     torch.testing.assert_close(g.inverse(z, one), x, rtol=0, atol=1e3 * EPS)
     jf = torch.autograd.functional.jacobian(lambda v: g(v, one), x).reshape(16, 16)
     ji = torch.autograd.functional.jacobian(lambda v: g.inverse(v, one), z.detach())
-    torch.testing.assert_close(ji.reshape(16, 16) @ jf, torch.eye(16, dtype=torch.float64),
-                               rtol=0, atol=1e4 * EPS)  # fmt: skip
+    torch.testing.assert_close(
+        ji.reshape(16, 16) @ jf, torch.eye(16, dtype=torch.float64), rtol=0, atol=1e4 * EPS
+    )
     assert torch.autograd.gradcheck(lambda v: g(v, one), (x.clone().requires_grad_(),))
     (g.inverse(z, one) ** 2).sum().backward()
     assert all(p.grad is not None and p.grad.abs().max() > 0 for p in g.parameters())
@@ -280,8 +300,7 @@ def test_dense_blocks_config_and_flow():
     model = build_flow(cfg).double()
     assert "net.blocks.1.F.cond.fc_in.weight" in model.state_dict()
     x = torch.rand(3, 1, 8, 8, dtype=torch.float64)
-    torch.testing.assert_close(model.decode(model.encode(x, 1.0), 1.0), x,
-                               rtol=0, atol=1e4 * EPS)  # fmt: skip
+    torch.testing.assert_close(model.decode(model.encode(x, 1.0), 1.0), x, rtol=0, atol=1e4 * EPS)
     with pytest.raises(LinearizerError, match="dense_blocks"):
         NetworkConfig(dense_blocks=-1).validate()
     with pytest.raises(LinearizerError, match="cpu network only"):

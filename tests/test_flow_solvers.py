@@ -154,8 +154,9 @@ def test_blocked_collapse_equals_stepping_the_identity(method, final):
     want = solvers.integrate(op, eye, steps=9, method=method, final=final).T
     seen = []
     for block in (None, 1, 3, 8, 100):
-        got = solvers.collapse(op, steps=9, method=method, final=final, block=block,
-                               callback=seen.append)  # fmt: skip
+        got = solvers.collapse(
+            op, steps=9, method=method, final=final, block=block, callback=seen.append
+        )
         assert_near(got, want, eps_factor=1e3)
     assert seen[-1]["i"] == 7 and seen[-1]["steps"] == 8
 
@@ -222,10 +223,14 @@ class TinyLoRA(SmoothLoRA):
 @pytest.mark.parametrize("final", solvers.FINALS)
 @pytest.mark.parametrize(
     "method, steps",
-    [("euler", 1000), ("rk4", 1000), ("rk4-authors", 1000),
-     ("euler", 258),  # 257 distinct times: a last chunk of one time
-     ("rk4", 129)],  # 257 distinct times with two per step
-)  # fmt: skip
+    [
+        ("euler", 1000),
+        ("rk4", 1000),
+        ("rk4-authors", 1000),
+        ("euler", 258),  # 257 distinct times: a last chunk of one time
+        ("rk4", 129),
+    ],  # 257 distinct times with two per step
+)
 def test_collapse_equals_multi_step_and_textbook_at_many_steps(method, steps, final):
     op = TinyLoRA(dim=TINY, rank=2, seed=7)
     ref = textbook(op, steps, method, final)

@@ -35,5 +35,6 @@ def test_grid_noise_is_fixed_per_seed_and_apart_from_the_step_streams(task, kind
     assert torch.equal(t.grid_noise, torch.randn(5, 1, size, size, generator=gen))
     key = "x1" if kind == "flow" else "x"
     rows = t.batch(StepRandom(cfg.seed, 0, "data", 4, 0, 1))[key]
-    assert rows.shape == (4, 1, size, size) and all((rows[i] == images).flatten(1).all(1).any()
-                                              for i in range(4))  # fmt: skip
+    assert rows.shape == (4, 1, size, size) and all(
+        (rows[i] == images).flatten(1).all(1).any() for i in range(4)
+    )

@@ -1,25 +1,25 @@
 """Property tests for linearizer.invertible: exact inverses, Jacobians, gradients, state.
 
 Every :class:`InvertibleModule` of the package (the network's blocks, the data-side logit and
-flag ActNorm, the latent transport's pieces) passes the shipped contract,
-:class:`linearizer.testing.InvertibleTests`, through one case in ``CONTRACT``; a test checks
-that no class of the package is left out.
+flag ActNorm, the latent transport's pieces) and the fixed-flag views users pass to
+:class:`~linearizer.algebra.Linearizer` (``Conditioned``, ``LatentView``, ``TransportedSide``)
+pass the shipped contract, :class:`linearizer.testing.InvertibleTests`, through one entry of
+``CONTRACT`` and its ``Test...`` class; tests check that no class of the package and no entry
+is left out.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 
 import pytest
 import torch
 from torch import nn
 
-import linearizer
+from helpers import contract_cases, package_classes
 from linearizer.errors import LinearizerError
 from linearizer.flow.model import TransportedSide
-from linearizer.flow.transport import Coupling, LatentTransport, Mixing, VectorFlow, _sym_power
+from linearizer.flow.transport import Coupling, LatentTransport, Mixing, VectorFlow, sym_power
 from linearizer.invertible import (
     ActNorm,
     AffineCoupling,
@@ -39,6 +39,7 @@ from linearizer.invertible import (
 from linearizer.invertible.actnorm import FlagActNorm
 from linearizer.invertible.logit import FlagLogit
 from linearizer.invertible.network import CoarserLevel
+from linearizer.style.latent import LatentView
 from linearizer.testing import InvertibleTests
 from tolerance import assert_near
 
@@ -91,7 +92,9 @@ CASES = {
     "cpu-network": (lambda: cpu_network(1, num_blocks=2, hidden=8), 1, True),
     "cpu-network-2-levels": (lambda: cpu_network(1, num_blocks=1, hidden=8, levels=2), 1, True),
     "cpu-network-bounded-shifts": (
-        lambda: cpu_network(1, num_blocks=2, hidden=8, shift_bound=1.5), 1, True
+        lambda: cpu_network(1, num_blocks=2, hidden=8, shift_bound=1.5),
+        1,
+        True,
     ),
     "network-3ch-hard": (
         lambda: InvertibleNetwork(3, 2, make_cnn, squeeze=False, clamp_mode="hard"),
@@ -128,7 +131,8 @@ def transport(dim: int, k: int) -> LatentTransport:
     spd = [(a @ a.T + k * torch.eye(k)) / k for a in (torch.randn(k, k), torch.randn(k, k))]
     stats = {"src_mean": torch.randn(k), "dst_mean": torch.randn(k)}
     for side, c in zip(("src", "dst"), spd):
-        stats[f"{side}_whiten"], stats[f"{side}_colour"] = _sym_power(c, -0.5), _sym_power(c, 0.5)
+        c = c.double()
+        stats[f"{side}_whiten"], stats[f"{side}_colour"] = sym_power(c, -0.5), sym_power(c, 0.5)
     return LatentTransport(basis, VectorFlow(k, blocks=2, hidden=8), stats)
 
 
@@ -141,68 +145,176 @@ def rows(n: int) -> torch.Tensor:
     return torch.randn(n, 5)
 
 
+def image_batch(n: int) -> torch.Tensor:
+    return images(1, 4, n)
+
+
 # name -> (module factory, sample(n), cond(n) or None)
 Sample = Callable[[int], torch.Tensor]
 CONTRACT: dict[str, tuple[Callable[[], nn.Module], Sample, Sample | None]] = {
-    **{name: (factory, lambda n, c=c: images(c, 4, n), flags)
-       for name, (factory, c, _) in CASES.items()},  # fmt: skip
+    **{
+        name: (factory, lambda n, c=c: images(c, 4, n), flags)
+        for name, (factory, c, _) in CASES.items()
+    },
     "coarser-level": (lambda: CoarserLevel(2, 1, make_cnn), lambda n: images(2, 4, n), flags),
     "flag-actnorm": (lambda: FlagActNorm(3), lambda n: images(3, 2, n), flags),
     # the logit's data rows take pixels in [0, 1]
     "flag-logit": (lambda: FlagLogit(0.05), lambda n: torch.rand(n, 2, 3, 3), flags),
     "flag-logit-linear-tails": (  # any real pixel: the tails continue the logit linearly
-        lambda: FlagLogit(0.05, "linear"), lambda n: 2 * torch.randn(n, 2, 3, 3), flags),
+        lambda: FlagLogit(0.05, "linear"),
+        lambda n: 2 * torch.randn(n, 2, 3, 3),
+        flags,
+    ),
     "transport-coupling": (lambda: Coupling(5, 8, flip=False), rows, None),
     "transport-coupling-flip": (lambda: Coupling(5, 8, flip=True), rows, None),
     "transport-mixing": (lambda: Mixing(5, seed=1), rows, None),
     "transport-flow": (lambda: VectorFlow(5, 3, 8), rows, None),
     "latent-transport": (lambda: transport(7, 3), lambda n: torch.randn(n, 7), None),
     "transported-side": (transported_side, lambda n: images(1, 4, n), None),
+    # the fixed-flag views users pass to Linearizer as g_x and g_y
+    "conditioned": (lambda: Conditioned(cpu_network(1, 1, hidden=8), 1.0), image_batch, None),
+    "conditioned-noise-side": (
+        lambda: Conditioned(cpu_network(1, 1, hidden=8), 0.0),
+        image_batch,
+        None,
+    ),
+    "latent-view": (lambda: LatentView(cpu_network(1, 1, hidden=8), 1.0, False), image_batch, None),
+    "latent-view-squeezed": (
+        lambda: LatentView(cpu_network(1, 1, hidden=8), 0.0, True),
+        image_batch,
+        None,
+    ),
 }
 
 
-def _contract_case(name: str) -> type:
-    factory, sample, cond = CONTRACT[name]
+class InvertibleContract(InvertibleTests):
+    """The shipped contract on the entry ``case`` of ``CONTRACT`` (each ``Test...`` class
+    below names one; pytest collects its inherited round trip, log-det and gradient tests)."""
 
-    class Case(InvertibleTests):
-        rtol = 1e-9  # 4.5e6 float64 epsilons: the networks' condition numbers multiply rounding
+    case: str
+    rtol = 1e-9  # 4.5e6 float64 epsilons: the networks' condition numbers multiply rounding
 
-        def build(self) -> nn.Module:
-            return randomize(factory()).eval()
+    def build(self) -> nn.Module:
+        return randomize(CONTRACT[self.case][0]()).eval()
 
-        def sample(self, n: int) -> torch.Tensor:
-            return sample(n).double()
+    def sample(self, n: int) -> torch.Tensor:
+        return CONTRACT[self.case][1](n).double()
 
-        def cond(self, n: int) -> torch.Tensor | None:
-            return None if cond is None else cond(n)
-
-    Case.__name__ = Case.__qualname__ = "TestContract_" + name.replace("-", "_")
-    return Case
-
-
-# pytest collects each case's inherited test_* methods (round trip, log-det, gradients)
-globals().update({case.__name__: case for case in map(_contract_case, CONTRACT)})
+    def cond(self, n: int) -> torch.Tensor | None:
+        cond = CONTRACT[self.case][2]
+        return None if cond is None else cond(n)
 
 
-def package_classes(base: type) -> set[type]:
-    """Every subclass of ``base`` defined in the package (each module imported first)."""
-    for info in pkgutil.walk_packages(linearizer.__path__, "linearizer."):
-        if not info.name.endswith("__main__"):
-            importlib.import_module(info.name)
-    found, todo = set(), [base]
-    while todo:
-        for sub in todo.pop().__subclasses__():
-            if sub.__module__.startswith("linearizer.") and sub not in found:
-                found.add(sub)
-                todo.append(sub)
-    return found
+class TestActnorm(InvertibleContract):
+    case = "actnorm"
+
+
+class TestCouplingFirstSoft(InvertibleContract):
+    case = "coupling-first-soft"
+
+
+class TestCouplingSecondHard(InvertibleContract):
+    case = "coupling-second-hard"
+
+
+class TestInvconv(InvertibleContract):
+    case = "invconv"
+
+
+class TestSqueeze(InvertibleContract):
+    case = "squeeze"
+
+
+class TestSequential(InvertibleContract):
+    case = "sequential"
+
+
+class TestBlock(InvertibleContract):
+    case = "block"
+
+
+class TestCpuNetwork(InvertibleContract):
+    case = "cpu-network"
+
+
+class TestCpuNetwork2Levels(InvertibleContract):
+    case = "cpu-network-2-levels"
+
+
+class TestCpuNetworkBoundedShifts(InvertibleContract):
+    case = "cpu-network-bounded-shifts"
+
+
+class TestNetwork3chHard(InvertibleContract):
+    case = "network-3ch-hard"
+
+
+class TestCoarserLevel(InvertibleContract):
+    case = "coarser-level"
+
+
+class TestFlagActnorm(InvertibleContract):
+    case = "flag-actnorm"
+
+
+class TestFlagLogit(InvertibleContract):
+    case = "flag-logit"
+
+
+class TestFlagLogitLinearTails(InvertibleContract):
+    case = "flag-logit-linear-tails"
+
+
+class TestTransportCoupling(InvertibleContract):
+    case = "transport-coupling"
+
+
+class TestTransportCouplingFlip(InvertibleContract):
+    case = "transport-coupling-flip"
+
+
+class TestTransportMixing(InvertibleContract):
+    case = "transport-mixing"
+
+
+class TestTransportFlow(InvertibleContract):
+    case = "transport-flow"
+
+
+class TestLatentTransport(InvertibleContract):
+    case = "latent-transport"
+
+
+class TestTransportedSide(InvertibleContract):
+    case = "transported-side"
+
+
+class TestConditioned(InvertibleContract):
+    case = "conditioned"
+
+
+class TestConditionedNoiseSide(InvertibleContract):
+    case = "conditioned-noise-side"
+
+
+class TestLatentView(InvertibleContract):
+    case = "latent-view"
+
+
+class TestLatentViewSqueezed(InvertibleContract):
+    case = "latent-view-squeezed"
+
+
+def test_every_contract_entry_has_its_class():
+    assert contract_cases(globals(), InvertibleContract) == set(CONTRACT)
 
 
 def test_every_invertible_module_of_the_package_passes_the_contract():
     covered = {type(factory()) for factory, _, _ in CONTRACT.values()}
     missing = sorted(c.__qualname__ for c in package_classes(InvertibleModule) - covered)
     assert not missing, f"no InvertibleTests case for {missing}"
-    assert {Coupling, Mixing, VectorFlow, FlagActNorm, FlagLogit, TransportedSide} <= covered
+    wrappers = {Conditioned, LatentView, TransportedSide}  # what users pass to Linearizer
+    assert {Coupling, Mixing, VectorFlow, FlagActNorm, FlagLogit} | wrappers <= covered
 
 
 @pytest.mark.parametrize("name", CASES)

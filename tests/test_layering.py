@@ -4,8 +4,9 @@ Every ``import`` in ``src/linearizer`` counts, also those inside functions (a la
 still a dependency), and so does every import by a name written in the source:
 ``importlib.import_module("linearizer.x")``, ``__import__("linearizer.x")``, or either called
 with a module-level constant holding that name. A name computed at run time cannot be followed:
-:func:`lookups` lists those calls (an application found by its kind, as presets and run kinds
-are), and a test pins the list, so a new one is a decision, not an accident.
+:func:`lookups` lists those calls (the registry's, which finds a preset, run kind, source or
+command by the module name its table declares), and a test pins the list, so a new one is a
+decision, not an accident.
 
 ``python tests/test_layering.py [PACKAGE_DIR]`` prints the layer table, the circles and the
 lookups of ``src/linearizer`` or of another copy of the package (an older checkout, say).
@@ -21,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "linearizer"
 
 # Lowest first: a module may import its own layer and the layers below it.
 LAYERS = [
-    {"errors", "io", "checks", "config", "safe_pickle", "report"},
+    {"errors", "io", "checks", "config", "safe_pickle", "report", "registry"},
     {"invertible", "operators"},
     {"algebra", "testing", "linearizer"},
     {"image_model", "data", "metrics"},
@@ -41,8 +42,10 @@ def module_name(path: Path, package: Path = PACKAGE) -> str:
 
 
 def _sources(package: Path) -> dict[str, tuple[Path, ast.Module]]:
-    return {module_name(p, package): (p, ast.parse(p.read_text(encoding="utf-8")))
-            for p in sorted(package.rglob("*.py"))}  # fmt: skip
+    return {
+        module_name(p, package): (p, ast.parse(p.read_text(encoding="utf-8")))
+        for p in sorted(package.rglob("*.py"))
+    }
 
 
 def _import_calls(tree: ast.Module) -> list[ast.Call]:
@@ -197,10 +200,13 @@ def test_a_circle_through_a_dynamic_import_is_found(tmp_path):
     circle of this package's first redesign), in each way a name can be written."""
     lazy = "import importlib\n\n\ndef up():\n    return importlib.import_module({})\n"
     for i, call in enumerate(['"pkg.pretrained"', "HOME", "name"]):
-        package = _write_package(tmp_path / str(i), {
-            "runs": f'HOME = "pkg.pretrained"\nname = HOME\n{lazy.format(call)}',
-            "pretrained": "from .runs import up\n",
-        })  # fmt: skip
+        package = _write_package(
+            tmp_path / str(i),
+            {
+                "runs": f'HOME = "pkg.pretrained"\nname = HOME\n{lazy.format(call)}',
+                "pretrained": "from .runs import up\n",
+            },
+        )
         found = cycles(import_graph(package))
         if call == "name":  # computed at run time: not followed, but listed
             assert found == [] and lookups(package) == ["pkg.runs: importlib.import_module(name)"]
@@ -212,15 +218,9 @@ def test_a_circle_through_a_dynamic_import_is_found(tmp_path):
 
 
 def test_the_dynamic_imports_that_cannot_be_followed_are_the_known_lookups():
-    """Each finds an application by the kind a run or preset names; none goes to pretrained."""
-    assert lookups() == [
-        "linearizer.cli.common: importlib.import_module(__package__)",
-        "linearizer.cli.common: importlib.import_module(f'{__package__}.{n}')",
-        "linearizer.cli.main: importlib.import_module(__package__)",
-        "linearizer.cli.main: importlib.import_module(f'{__package__}.{info.name}')",
-        "linearizer.training.config: importlib.import_module(f'linearizer.{kind}')",
-        "linearizer.training.runs: importlib.import_module(_HOMES[name])",
-    ]
+    """Only the registry imports by a computed name: presets, run kinds, sources and commands
+    are each declared in a table of module names and looked up through it."""
+    assert lookups() == ["linearizer.registry: importlib.import_module(module)"]
 
 
 def package_table() -> str:

@@ -2,22 +2,20 @@
 
 Every :class:`LinearOperator` of the package (the style bank's weighted operator and the guided
 class-conditional view included) passes the shipped contract,
-:class:`linearizer.testing.LinearOperatorTests`, through one case in ``CONTRACT``; a test checks
-that no class of the package is left out.
+:class:`linearizer.testing.LinearOperatorTests`, through one entry of ``CONTRACT`` and its
+``Test...`` class; tests check that no class of the package and no entry is left out.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-import pkgutil
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-import linearizer
+from helpers import contract_cases, package_classes
 from linearizer.errors import LinearizerError
 from linearizer.operators import (
     ChannelMix,
@@ -34,7 +32,7 @@ from linearizer.operators import (
 )
 from linearizer.operators.base import LinearOperator
 from linearizer.operators.lora import AtTime, Guided
-from linearizer.style.bank import WeightedStyleOperator
+from linearizer.style.operators import WeightedStyleOperator
 from linearizer.testing import LinearOperatorTests
 from tolerance import assert_near, eps, rel_err
 
@@ -101,43 +99,111 @@ CONTRACT = {
     "guided-at": (lambda: AtTime(guided(2.0), 0.37), None),
     "weighted-style": (weighted_style, None),
     "weighted-style-depthwise": (
-        lambda: WeightedStyleOperator(torch.randn(2, 3, 3, 3), None, torch.tensor([0.5, 1.5]),
-                                      0.0, (3, 4, 4)),
+        lambda: WeightedStyleOperator(
+            torch.randn(2, 3, 3, 3), None, torch.tensor([0.5, 1.5]), 0.0, (3, 4, 4)
+        ),
         None,
-    ),  # fmt: skip
+    ),
 }
 
 
-def _contract_case(name: str) -> type:
-    factory, at = CONTRACT[name]
+class OperatorContract(LinearOperatorTests):
+    """The shipped contract on the entry ``case`` of ``CONTRACT`` (each ``Test...`` class
+    below names one; pytest collects its inherited basis, adjoint, factor and gradient tests)."""
 
-    class Case(LinearOperatorTests):
-        rtol = 1e-12  # a few roundings of small products
-        t = at
+    case: str
+    rtol = 1e-12  # a few roundings of small products
 
-        def build(self) -> LinearOperator:
-            return perturbed(factory())
+    @property
+    def t(self) -> float | None:  # type: ignore[override]
+        return CONTRACT[self.case][1]
 
-    Case.__name__ = Case.__qualname__ = "TestContract_" + name.replace("-", "_")
-    return Case
-
-
-# pytest collects each case's inherited test_* methods (basis, adjoint, factors, gradients)
-globals().update({case.__name__: case for case in map(_contract_case, CONTRACT)})
+    def build(self) -> LinearOperator:
+        return perturbed(CONTRACT[self.case][0]())
 
 
-def package_classes(base: type) -> set[type]:
-    """Every subclass of ``base`` defined in the package (each module imported first)."""
-    for info in pkgutil.walk_packages(linearizer.__path__, "linearizer."):
-        if not info.name.endswith("__main__"):
-            importlib.import_module(info.name)
-    found, todo = set(), [base]
-    while todo:
-        for sub in todo.pop().__subclasses__():
-            if sub.__module__.startswith("linearizer.") and sub not in found:
-                found.add(sub)
-                todo.append(sub)
-    return found
+class TestDense(OperatorContract):
+    case = "dense"
+
+
+class TestDenseBuffer(OperatorContract):
+    case = "dense_buffer"
+
+
+class TestLowrank(OperatorContract):
+    case = "lowrank"
+
+
+class TestLowrankIdentity(OperatorContract):
+    case = "lowrank_identity"
+
+
+class TestLowrankLearnable(OperatorContract):
+    case = "lowrank_learnable"
+
+
+class TestLoraAt(OperatorContract):
+    case = "lora_at"
+
+
+class TestDepthwise3(OperatorContract):
+    case = "depthwise3"
+
+
+class TestDepthwise4(OperatorContract):
+    case = "depthwise4"
+
+
+class TestDepthwise2x5(OperatorContract):
+    case = "depthwise2x5"
+
+
+class TestChannelmix(OperatorContract):
+    case = "channelmix"
+
+
+class TestOrthogonal(OperatorContract):
+    case = "orthogonal"
+
+
+class TestOblique(OperatorContract):
+    case = "oblique"
+
+
+class TestProduct(OperatorContract):
+    case = "product"
+
+
+class TestIdentity(OperatorContract):
+    case = "identity"
+
+
+class TestLora(OperatorContract):
+    case = "lora"
+
+
+class TestGuided(OperatorContract):
+    case = "guided"
+
+
+class TestGuidedUnguided(OperatorContract):
+    case = "guided-unguided"
+
+
+class TestGuidedAt(OperatorContract):
+    case = "guided-at"
+
+
+class TestWeightedStyle(OperatorContract):
+    case = "weighted-style"
+
+
+class TestWeightedStyleDepthwise(OperatorContract):
+    case = "weighted-style-depthwise"
+
+
+def test_every_contract_entry_has_its_class():
+    assert contract_cases(globals(), OperatorContract) == set(CONTRACT)
 
 
 def test_every_operator_of_the_package_passes_the_contract():

@@ -14,6 +14,7 @@ from linearizer.io import load_tensors
 from linearizer.training.config import resolve
 from linearizer.training.runs import load_run
 from linearizer.training.trainer import train
+from tolerance import assert_near
 
 
 @pytest.fixture
@@ -122,7 +123,7 @@ def test_one_from_pretrained_opens_names_specs_run_folders_and_saved_folders(ass
         pretrained.from_pretrained(tmp_path / "missing")
 
 
-@pytest.mark.parametrize("name", ["mnist", "mnist-r16", "mnist-cond"])
+@pytest.mark.parametrize("name", ["mnist", "mnist-r16", "mnist-cond", "mnist-mix"])
 def test_shipped_mnist_models_verify_and_sample(monkeypatch, tmp_path, name):
     monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path))
     meta = pretrained.verify(name)
@@ -161,8 +162,11 @@ def test_the_data_side_round_trips_off_the_data_in_float32(monkeypatch, tmp_path
             z = model.encode(x, 1.0)
             back = model.decode(z, 1.0)
             assert back.dtype == torch.float32 and z.dtype == torch.float64, name
-            assert float((back - x).abs().max()) <= 1e-4, name
-            assert float((model.decode(model.encode(x, 0.0), 0.0) - x).abs().max()) <= 1e-4
+            # what float32 is left (the convolutions) rounds to ~100 eps of the image's scale on
+            # either CPU kernel family; float32 fully connected blocks miss by 0.3 and more
+            assert_near(back, x, eps_factor=1024, what=name)
+            noise_side = model.decode(model.encode(x, 0.0), 0.0)
+            assert_near(noise_side, x, eps_factor=1024, what=f"{name}, noise side")
     model.train()  # training keeps the network's own dtype
     assert model.encode(x[:2], 1.0).dtype == torch.float32
 
@@ -172,8 +176,14 @@ def test_invert_says_when_a_round_trip_is_off(monkeypatch, tmp_path, capsys):
 
     monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path / "cache"))
     np.save(tmp_path / "noise.npy", _off_manifold(4)["uniform noise"].numpy())
-    argv = ["invert", "pretrained:mnist", "--images", str(tmp_path / "noise.npy"),
-            "--out", str(tmp_path / "o")]  # fmt: skip
+    argv = [
+        "invert",
+        "pretrained:mnist",
+        "--images",
+        str(tmp_path / "noise.npy"),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     assert main([*argv, "--dtype", "float32"]) == 0  # B^-1 in float32 fails on any image
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("note: the round trip of image(s) 0, 1, 2, 3")
@@ -193,8 +203,15 @@ def test_invert_holds_off_the_data_with_the_shipped_sampler(
     monkeypatch.setenv("LINEARIZER_DATA", str(tmp_path / "cache"))
     images = torch.cat([x[:3] for x in _off_manifold(3).values()])
     np.save(tmp_path / "off.npy", images.numpy())
-    argv = ["invert", f"pretrained:{model_name}", *extra, "--images", str(tmp_path / "off.npy"),
-            "--out", str(tmp_path / "o")]  # fmt: skip
+    argv = [
+        "invert",
+        f"pretrained:{model_name}",
+        *extra,
+        "--images",
+        str(tmp_path / "off.npy"),
+        "--out",
+        str(tmp_path / "o"),
+    ]
     assert main(argv) == 0
     out, err = capsys.readouterr()
     psnr = [float(v) for v in out.split("round-trip PSNR (dB): ")[1].splitlines()[0].split(", ")]

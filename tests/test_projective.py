@@ -90,8 +90,10 @@ def test_idempotent_everywhere_float32(projector):
     # this check uses a milder random g and far = 10x; the trained models, which are tame, are
     # measured at 100x by `linearizer project-report` (docs/projective/results.json).
     model = random_model(projector, torch.float32, spread=0.05)
+    # ~10 eps on either CPU kernel family (scalar or vector, one or two threads): 128 eps keeps
+    # a wide margin, and a map that is not idempotent is off by order one
     for name, x in families(torch.float32, far=10.0).items():
-        assert rel_err(model, x) <= 1e-5, name
+        assert rel_err(model, x) <= 128 * eps(torch.float32), name
 
 
 def test_ign_is_not_idempotent_by_construction():
@@ -102,7 +104,7 @@ def test_ign_is_not_idempotent_by_construction():
 
 def test_range_is_rank_k_and_svd_is_exposed():
     model = random_model("orthogonal", torch.float64)
-    svd = model.as_linearizer().svd()
+    svd = model.generator().svd()
     assert model.rank == 5 and svd.S.shape == (5,)
     assert_near(svd.S, torch.ones(5, dtype=torch.float64), eps_factor=1e3)
     # f fixes each induced direction g^-1(q_i): it lies in the range
@@ -153,8 +155,9 @@ def test_loss_terms_finite_and_decreasing(which):
     for _ in range(20):
         if which != "ign":
             weight = 20.0 if which == "pair" else 1.0
-            loss, logs = projective_loss(model, x, z, match=which, match_weight=weight,
-                                         directions=dirs)  # fmt: skip
+            loss, logs = projective_loss(
+                model, x, z, match=which, match_weight=weight, directions=dirs
+            )
         else:
             loss, logs = ign_loss_for(model, x, z)
         assert torch.isfinite(loss) and all(np.isfinite(v) for v in logs.values())
@@ -194,8 +197,22 @@ def test_cli_train_project_report(tmp_path, capsys):
     ours, ign = tmp_path / "ours", tmp_path / "ign"
     common = ["--set", "progress=false", "--set", "max_steps=2"]
     assert main(["train", "projective", "--preset", "smoke", "--out", str(ours), *common]) == 0
-    assert main(["train", "projective", "--preset", "smoke", "--baseline", "ign",
-                 "--out", str(ign), *common]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "projective",
+                "--preset",
+                "smoke",
+                "--baseline",
+                "ign",
+                "--out",
+                str(ign),
+                *common,
+            ]
+        )
+        == 0
+    )
     assert json.loads((ign / "config.json").read_text())["model"] == "ign"
     npy = tmp_path / "in.npy"
     np.save(npy, np.random.default_rng(0).random((3, 16, 16)).astype(np.float32))
@@ -235,8 +252,20 @@ def test_cli_bad_input_exits_2_with_one_line(argv, capsys):
 
 def test_cli_bad_npy_and_bad_input_name(tmp_path, capsys):
     run = tmp_path / "run"
-    main(["train", "projective", "--preset", "smoke", "--out", str(run),
-          "--set", "progress=false", "--set", "max_steps=1"])  # fmt: skip
+    main(
+        [
+            "train",
+            "projective",
+            "--preset",
+            "smoke",
+            "--out",
+            str(run),
+            "--set",
+            "progress=false",
+            "--set",
+            "max_steps=1",
+        ]
+    )
     capsys.readouterr()
     bad = tmp_path / "bad.npy"
     np.save(bad, np.zeros((2, 5, 5), dtype=np.float32))

@@ -96,9 +96,13 @@ def cpu(shape: tuple[int, int, int]) -> nn.Module:
 
 def paper(shape: tuple[int, int, int]) -> nn.Module:
     net = paper_network(
-        in_channels=shape[0], img_size=shape[1], num_blocks=1, model_channels=8, dropout=0.0,
+        in_channels=shape[0],
+        img_size=shape[1],
+        num_blocks=1,
+        model_channels=8,
+        dropout=0.0,
         unet_blocks=1,
-    )  # fmt: skip
+    )
     return randomize(net, 0.05)
 
 

@@ -61,8 +61,11 @@ def _expand(command: str) -> list[str]:
     words = command.split()
     for i, word in enumerate(words):
         if "|" in word and not (i and words[i - 1].startswith("--")):
-            return [c for alt in word.split("|") for c in _expand(
-                " ".join([*words[:i], alt, *words[i + 1:]]))]  # fmt: skip
+            return [
+                c
+                for alt in word.split("|")
+                for c in _expand(" ".join([*words[:i], alt, *words[i + 1 :]]))
+            ]
     return [command]
 
 

@@ -16,8 +16,15 @@ from linearizer.training.config import resolve
 from linearizer.training.trainer import train
 
 QUICK = ["--quick", "--n", "4", "--fid-n", "48", "--long-steps", "12", "--steps", "10"]
-FIGURES = ["collapse", "inversion", "interpolation", "samples", "spectrum", "svd_directions",
-           "training_curves"]  # fmt: skip
+FIGURES = [
+    "collapse",
+    "inversion",
+    "interpolation",
+    "samples",
+    "spectrum",
+    "svd_directions",
+    "training_curves",
+]
 REQUIRED = {
     "linearity": [
         "max_rel_err",
@@ -35,8 +42,15 @@ REQUIRED = {
     "generation": ["fid_lenet_one_step", "fid_lenet_multi_step", "kid_lenet_one_step"],
     "composition": ["max_rel_err", "max_rel_err_float64"],
 }
-EXACT = ["linearity", "collapse_euler", "collapse_rk4", "inversion", "invertibility",
-         "composition", "generation"]  # fmt: skip
+EXACT = [
+    "linearity",
+    "collapse_euler",
+    "collapse_rk4",
+    "inversion",
+    "invertibility",
+    "composition",
+    "generation",
+]
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +131,11 @@ def test_preset_dry_run_and_no_train(tmp_path, capsys):
 
 
 def test_the_estimate_names_the_cap_a_slow_machine_hits(monkeypatch):
-    monkeypatch.setattr("linearizer.training.trainer.measure_step_rate", lambda task, cfg: 1.0)
+    monkeypatch.setattr("linearizer.training.steprate.measure_step_rate", lambda task, cfg: 1.0)
     said = runner_module.expected_time("cpu")  # 8,000 steps at 1 step/s: 133 min, over 42
     assert "8,000 steps take 133.3 min, over the 42-minute cap" in said
     assert "stop near step 2,520 of 8,000" in said
-    monkeypatch.setattr("linearizer.training.trainer.measure_step_rate", lambda task, cfg: 8.0)
+    monkeypatch.setattr("linearizer.training.steprate.measure_step_rate", lambda task, cfg: 8.0)
     said = runner_module.expected_time("cpu")  # 16.7 + 3 + 1.5 (claims scaled from 5.8 steps/s)
     assert "16.7 min, then up to 3 min for the fit after them, then about 1.5 min" in said
     assert said.endswith("about 21 min")

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from linearizer.errors import LinearizerError
-from linearizer.restore.degradations import TASKS, make_degradation, signed_power
-from linearizer.restore.solvers import (
+from linearizer.restore.algorithms import (
     alternating,
     consistency,
     fit_induced_operator,
@@ -18,6 +17,7 @@ from linearizer.restore.solvers import (
     range_null_induced,
     rel_norm,
 )
+from linearizer.restore.degradations import TASKS, make_degradation, signed_power
 
 SHAPE = (1, 8, 8)
 D = 64
@@ -213,12 +213,14 @@ def test_restore_command_end_to_end(tmp_path):
 def test_range_map_reaches_the_gaussian_map():
     """With a linear decoder c -> B c and H = I, the MAP of ``|B c - y|^2 / (2v) + |u|^2 / 2``
     (c = mean + L u) solves a linear system; Adam gets there."""
-    from linearizer.restore.solvers import CoordPrior, range_map
+    from linearizer.restore.algorithms import CoordPrior, range_map
 
     gen = torch.Generator().manual_seed(0)
     B = torch.randn(D, 3, generator=gen, dtype=torch.float64)
-    prior = CoordPrior(torch.tensor([0.5, -0.2, 0.1], dtype=torch.float64),
-                       torch.diag(torch.tensor([0.3, 0.2, 0.1], dtype=torch.float64)))  # fmt: skip
+    prior = CoordPrior(
+        torch.tensor([0.5, -0.2, 0.1], dtype=torch.float64),
+        torch.diag(torch.tensor([0.3, 0.2, 0.1], dtype=torch.float64)),
+    )
     deg = make_degradation("denoise-0.2", SHAPE)
     y = torch.randn(2, *SHAPE, generator=gen, dtype=torch.float64)
     v = 0.5

@@ -25,8 +25,19 @@ from linearizer.training.tracking import read_metrics
 from linearizer.training.trainer import train
 from toy_task import SCRIPT, ToyConfig, ToyTask
 
-SETTINGS = ["dim=4", "width=8", "n_data=40", "batch_size=8", "threads=1", "progress=false",
-            "ema_warmup=3", "lr=1e-2", "log_every=1", "ckpt_every=3", "keep_last=2"]  # fmt: skip
+SETTINGS = [
+    "dim=4",
+    "width=8",
+    "n_data=40",
+    "batch_size=8",
+    "threads=1",
+    "progress=false",
+    "ema_warmup=3",
+    "lr=1e-2",
+    "log_every=1",
+    "ckpt_every=3",
+    "keep_last=2",
+]
 STEPS = 60
 
 
@@ -67,8 +78,11 @@ def kill_at_random(cmd: list[str], run: Path, delay_s: float) -> tuple[int, int]
 
 def test_sigkill_at_random_points_then_resume_is_bitwise_identical(tmp_path, recwarn):
     # recwarn: resuming past a checkpoint torn by a kill warns, as it should
-    reference = train(ToyTask(), apply_overrides(ToyConfig(), [*SETTINGS, f"max_steps={STEPS}"]),
-                      tmp_path / "reference")  # fmt: skip
+    reference = train(
+        ToyTask(),
+        apply_overrides(ToyConfig(), [*SETTINGS, f"max_steps={STEPS}"]),
+        tmp_path / "reference",
+    )
     run = tmp_path / "killed"
     rng = random.Random(int(os.environ.get("LINEARIZER_KILL_SEED", "8")))
     reached = []
@@ -111,13 +125,26 @@ def _read_only_runner(folder: Path) -> list[str] | None:
     folder.chmod(0o755)
     if shutil.which("unshare") is None:
         return None
-    probe = subprocess.run(["unshare", "-m", "sh", "-c",
-                            f"mount --bind -o ro '{folder}' '{folder}' && ! touch '{folder}/x'"],
-                           capture_output=True)  # fmt: skip
+    probe = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            f"mount --bind -o ro '{folder}' '{folder}' && ! touch '{folder}/x'",
+        ],
+        capture_output=True,
+    )
     if probe.returncode != 0:
         return None  # root without the right to mount: cannot make a read-only folder
-    return ["unshare", "-m", "sh", "-c", f"mount --bind -o ro '{folder}' '{folder}' && exec \"$@\"",
-            "sh"]  # fmt: skip
+    return [
+        "unshare",
+        "-m",
+        "sh",
+        "-c",
+        f"mount --bind -o ro '{folder}' '{folder}' && exec \"$@\"",
+        "sh",
+    ]
 
 
 @pytest.mark.parametrize("case", ["fresh", "resume"])

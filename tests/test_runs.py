@@ -67,8 +67,9 @@ def test_old_flat_overrides_and_nested_option_names(capsys):
     from linearizer.training.config import render_options, resolve
 
     old = resolve("flow", "smoke", ["hidden=16", "network=paper", "dataset=fashion-mnist"])
-    new = resolve("flow", "smoke", ["network.hidden=16", "network.kind=paper",
-                                     "data.dataset=fashion-mnist"])  # fmt: skip
+    new = resolve(
+        "flow", "smoke", ["network.hidden=16", "network.kind=paper", "data.dataset=fashion-mnist"]
+    )
     assert old == new and old.network.hidden == 16 and old.hidden == 16  # old name reads through
     with pytest.raises(LinearizerError, match="unknown config key 'hiddn'"):
         resolve("flow", "smoke", ["hiddn=3"])
@@ -79,11 +80,12 @@ def test_old_flat_overrides_and_nested_option_names(capsys):
 
 
 def test_a_registered_source_opens_its_names_and_training_names_none(runs, monkeypatch):
-    """``SCHEME:NAME`` specs come from the layers above (``linearizer.pretrained`` registers
-    ``pretrained``); an unregistered scheme gets one line naming the registered ones."""
+    """``SCHEME:NAME`` specs come from the layers above (``pretrained`` is declared by module
+    name, others are registered); an unknown scheme gets one line naming the known ones."""
+    from linearizer.registry import Registry
     from linearizer.training import runs as runs_module
 
-    monkeypatch.setattr(runs_module, "_SOURCES", {})
+    monkeypatch.setattr(runs_module, "SOURCES", Registry("source"))
     with pytest.raises(LinearizerError, match="no source registered for 'shelf:'"):
         load_run("shelf:smoke")
     runs_module.register_source("shelf", lambda name: runs / name)

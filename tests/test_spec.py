@@ -35,12 +35,35 @@ def test_every_command_defaults_to_the_runs_spec_and_takes_every_field(command):
     recorded = SamplerSpec(steps=37, temperature=1.3)  # a run's own spec
     assert spec_from_args(args, recorded) == recorded
     assert spec_from_args(args, SamplerSpec()) == SamplerSpec()
-    given = ["--steps", "12", "--method", "rk4", "--final", "skip", "--dtype", "float32",
-             "--temperature", "0.9", "--maps", "calibration", "--class", "3",
-             "--guidance", "1.5"]  # fmt: skip
+    given = [
+        "--steps",
+        "12",
+        "--method",
+        "rk4",
+        "--final",
+        "skip",
+        "--dtype",
+        "float32",
+        "--temperature",
+        "0.9",
+        "--maps",
+        "calibration",
+        "--class",
+        "3",
+        "--guidance",
+        "1.5",
+    ]
     args = parser.parse_args([command, *SPEC_COMMANDS[command], *given])
-    want = SamplerSpec(steps=12, method="rk4", final="skip", dtype="float32", temperature=0.9,
-                       maps="calibration", label=3, guidance=1.5)  # fmt: skip
+    want = SamplerSpec(
+        steps=12,
+        method="rk4",
+        final="skip",
+        dtype="float32",
+        temperature=0.9,
+        maps="calibration",
+        label=3,
+        guidance=1.5,
+    )
     assert spec_from_args(args, recorded) == want
 
 
@@ -61,10 +84,15 @@ def test_a_config_written_before_the_spec_still_loads():
 
 @pytest.mark.parametrize(
     "changes, message",
-    [({"steps": 1}, "steps must be"), ({"method": "heun"}, "method must be"),
-     ({"final": "jump"}, "final must be"), ({"dtype": "float16"}, "dtype must be"),
-     ({"temperature": 0.0}, "temperature must be"), ({"maps": "all"}, "maps must be")],
-)  # fmt: skip
+    [
+        ({"steps": 1}, "steps must be"),
+        ({"method": "heun"}, "method must be"),
+        ({"final": "jump"}, "final must be"),
+        ({"dtype": "float16"}, "dtype must be"),
+        ({"temperature": 0.0}, "temperature must be"),
+        ({"maps": "all"}, "maps must be"),
+    ],
+)
 def test_bad_settings_are_one_line(changes, message):
     with pytest.raises(LinearizerError, match=message):
         SamplerSpec(**changes)

@@ -103,10 +103,10 @@ def test_strength_endpoints_and_interpolation_line():
     assert metrics["path_dev_g"] <= 1e-10
 
 
-def test_bank_as_linearizer_matches_and_has_exact_adjoint():
+def test_bank_generator_matches_and_has_exact_adjoint():
     bank, x = _bank("channelmix", flags=(1.0, 0.0)), _x()
     weights = {"a": 0.4, "c": 0.6}
-    f = bank.linearizer(weights, image_size=(16, 16), identity=0.25)
+    f = bank.generator(weights, image_size=(16, 16), identity=0.25)
     with torch.no_grad():
         assert_near(f(x), bank.apply_weights(x, weights, 0.25), eps_factor=1e4)
     op = bank.operator(weights, 0.25, (16, 16))

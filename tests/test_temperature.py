@@ -88,8 +88,18 @@ def test_sample_command_scales_the_noise_and_refuses_it_with_a_noise_file(run, t
     assert "temperature 2" in capsys.readouterr().out
     assert not np.allclose(outs["1"], outs["2"])
     np.save(tmp_path / "x0.npy", np.zeros((2, 1, 8, 8), dtype=np.float32))
-    code = main(["sample", str(run), "--noise", str(tmp_path / "x0.npy"), "--temperature", "2",
-                 "--out", str(tmp_path / "n")])  # fmt: skip
+    code = main(
+        [
+            "sample",
+            str(run),
+            "--noise",
+            str(tmp_path / "x0.npy"),
+            "--temperature",
+            "2",
+            "--out",
+            str(tmp_path / "n"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--noise file is used as given" in err[0]
     assert main(["sample", str(run), "--temperature", "0", "--out", str(tmp_path / "z")]) == 2
@@ -99,8 +109,18 @@ def test_sample_command_scales_the_noise_and_refuses_it_with_a_noise_file(run, t
 def test_evaluate_command_defaults_to_the_runs_temperature(run, tmp_path):
     config = json.loads((run / "config.json").read_text())
     assert config["sampler"]["temperature"] == 1.0
-    argv = ["evaluate", str(run), "--n", "16", "--steps", "4",
-            "--kid-subsets", "2", "--no-progress", "--no-references"]  # fmt: skip
+    argv = [
+        "evaluate",
+        str(run),
+        "--n",
+        "16",
+        "--steps",
+        "4",
+        "--kid-subsets",
+        "2",
+        "--no-progress",
+        "--no-references",
+    ]
     assert main(argv + ["--out", str(tmp_path / "a")]) == 0
     assert main(argv + ["--out", str(tmp_path / "b"), "--temperature", "1.5"]) == 0
     a, b = (json.loads((tmp_path / x / "results.json").read_text()) for x in "ab")

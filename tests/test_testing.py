@@ -154,7 +154,7 @@ class WrongDense(TestUserSinhSame):
         (BrokenInverse, ["test_round_trip", "test_superposition_and_homogeneity"]),
         (WrongDense, ["test_forward_matches_dense", "test_svd_against_dense"]),
     ],
-)  # fmt: skip
+)
 def test_inherited_tests_fail_on_a_broken_map(case, broken):
     for name in broken:
         with pytest.raises(AssertionError):
@@ -258,7 +258,7 @@ class WrongFactors(LinearOperatorTests):
         (WrongMatrix, "test_matrix_matches_apply_on_a_basis"),
         (WrongFactors, "test_factors_reproduce_matrix"),
     ],
-)  # fmt: skip
+)
 def test_the_contracts_fail_on_a_broken_block_or_operator(case, broken):
     with pytest.raises(AssertionError):
         getattr(case(), broken)()
@@ -266,5 +266,8 @@ def test_the_contracts_fail_on_a_broken_block_or_operator(case, broken):
 
 def test_the_contracts_run_without_pytest():
     assert TestUserBlock().check_all() == [
-        "test_gradients_flow", "test_logdet_against_autograd", "test_round_trip"]  # fmt: skip
+        "test_gradients_flow",
+        "test_logdet_against_autograd",
+        "test_round_trip",
+    ]
     assert len(TestUserOperator().check_all()) == 4

@@ -13,12 +13,24 @@ import torch
 from linearizer.errors import LinearizerError
 from linearizer.training.checkpoint import latest_checkpoint, list_checkpoints, read_checkpoint
 from linearizer.training.config import TrainConfig, apply_overrides
+from linearizer.training.resume import resume_config
+from linearizer.training.schedule import lr_at
+from linearizer.training.steprate import measure_step_rate
 from linearizer.training.tracking import make_tracker, read_metrics
-from linearizer.training.trainer import StepRandom, lr_at, measure_step_rate, resume_config, train
+from linearizer.training.trainer import StepRandom, train
 from toy_task import ToyConfig, ToyTask
 
-BASE = ["dim=4", "width=8", "n_data=40", "batch_size=8", "threads=1", "progress=false",
-        "ema_warmup=3", "lr=1e-2", "log_every=2"]  # fmt: skip
+BASE = [
+    "dim=4",
+    "width=8",
+    "n_data=40",
+    "batch_size=8",
+    "threads=1",
+    "progress=false",
+    "ema_warmup=3",
+    "lr=1e-2",
+    "log_every=2",
+]
 
 
 def cfg_of(*overrides: str) -> ToyConfig:
@@ -126,23 +138,37 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
 
 
 def test_time_budget_stops_at_a_step_and_resumes_exactly(tmp_path):
-    cut = train(ToyTask(), cfg_of("max_steps=400", "max_minutes=0.002", "step_delay_ms=20",
-                                  "ckpt_every=0"), tmp_path / "cut")  # fmt: skip
+    cut = train(
+        ToyTask(),
+        cfg_of("max_steps=400", "max_minutes=0.002", "step_delay_ms=20", "ckpt_every=0"),
+        tmp_path / "cut",
+    )
     assert cut.stopped == "time budget" and 0 < cut.step < 400
     status = json.loads((tmp_path / "cut" / "run.json").read_text())
     assert (status["status"], status["step"]) == ("stopped", cut.step)
     assert latest_checkpoint(tmp_path / "cut").name == f"ckpt_{cut.step:08d}.safetensors"
     n = cut.step + 3
-    train(ToyTask(), cfg_of(f"max_steps={n}", "max_minutes=0.002", "step_delay_ms=20",
-                            "ckpt_every=0"), tmp_path / "cut", resume=True)  # fmt: skip
+    train(
+        ToyTask(),
+        cfg_of(f"max_steps={n}", "max_minutes=0.002", "step_delay_ms=20", "ckpt_every=0"),
+        tmp_path / "cut",
+        resume=True,
+    )
     train(ToyTask(), cfg_of(f"max_steps={n}", "ckpt_every=0"), tmp_path / "full")
     assert_same(final_state(tmp_path / "cut"), final_state(tmp_path / "full"))
 
 
 def test_a_budgeted_run_shows_its_budget_not_the_max_steps_estimate(tmp_path, capsys, monkeypatch):
     # 0.05 minutes with 0.03 kept for the finish: the steps get 1.2 s of a ceiling of 100000
-    budgeted = ("max_steps=100000", "max_minutes=0.05", "finish_minutes=0.03", "step_delay_ms=20",
-                "ckpt_every=0", "progress=true", "lr_clock=time")  # fmt: skip
+    budgeted = (
+        "max_steps=100000",
+        "max_minutes=0.05",
+        "finish_minutes=0.03",
+        "step_delay_ms=20",
+        "ckpt_every=0",
+        "progress=true",
+        "lr_clock=time",
+    )
     cut = train(ToyTask(), cfg_of(*budgeted), tmp_path / "bar")
     assert cut.stopped == "time budget"
     err = capsys.readouterr().err
@@ -172,8 +198,13 @@ def test_a_budgeted_run_shows_its_budget_not_the_max_steps_estimate(tmp_path, ca
 
 def test_a_capped_fixed_step_run_counts_steps_and_the_cap_says_where_it_stopped(tmp_path, capsys):
     # the step clock: max_steps is the goal and max_minutes only a cap
-    capped = ("max_steps=400", "max_minutes=0.01", "step_delay_ms=20", "ckpt_every=0",
-              "progress=true")  # fmt: skip
+    capped = (
+        "max_steps=400",
+        "max_minutes=0.01",
+        "step_delay_ms=20",
+        "ckpt_every=0",
+        "progress=true",
+    )
     cut = train(ToyTask(), cfg_of(*capped), tmp_path / "cap")
     err = capsys.readouterr().err
     assert "budget" not in err.split("linearizer:")[0] and "/400 " in err
@@ -222,8 +253,13 @@ class SlowFinish(ToyTask):
 
 def test_finish_minutes_come_out_of_the_steps_budget_and_an_overrun_says_so(tmp_path, capsys):
     # 0.05 minutes = 3 s in all, 2.4 s kept: the 20 ms steps stop after about 0.6 s
-    cfg = cfg_of("max_steps=400", "max_minutes=0.05", "finish_minutes=0.04",
-                 "step_delay_ms=20", "ckpt_every=0")  # fmt: skip
+    cfg = cfg_of(
+        "max_steps=400",
+        "max_minutes=0.05",
+        "finish_minutes=0.04",
+        "step_delay_ms=20",
+        "ckpt_every=0",
+    )
     cut = train(SlowFinish(0.0), cfg, tmp_path / "a")
     assert cut.stopped == "time budget" and 0.6 <= cut.seconds < 2.4 and 0 < cut.step < 120
     err = capsys.readouterr().err
@@ -289,8 +325,11 @@ def test_trackio_receives_scalars_images_and_summary(tmp_path, monkeypatch):
     fake = FakeTrackio()
     monkeypatch.setitem(sys.modules, "trackio", fake)
     task = EvalProbe()
-    train(task, cfg_of("max_steps=4", "eval_every=2", "tracker=trackio",
-                       "tracker_project=proj"), tmp_path / "run")  # fmt: skip
+    train(
+        task,
+        cfg_of("max_steps=4", "eval_every=2", "tracker=trackio", "tracker_project=proj"),
+        tmp_path / "run",
+    )
     assert fake.calls[0] == ("init", "proj", "run") and fake.calls[-1] == ("finish",)
     logs = [c for c in fake.calls if c[0] == "log"]
     assert {"loss", "lr", "steps_per_s"} <= set(logs[0][2]) and logs[0][1] == 2
@@ -304,8 +343,11 @@ def test_trackio_receives_scalars_images_and_summary(tmp_path, monkeypatch):
 def test_real_trackio_stores_runs_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "store"))
     pytest.importorskip("trackio")  # optional extra: linearizer[tracking]
-    train(ToyTask(), cfg_of("max_steps=2", "tracker=trackio", "tracker_project=lin-test"),
-          tmp_path / "run")  # fmt: skip
+    train(
+        ToyTask(),
+        cfg_of("max_steps=2", "tracker=trackio", "tracker_project=lin-test"),
+        tmp_path / "run",
+    )
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
 
 

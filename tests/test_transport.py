@@ -22,12 +22,7 @@ from linearizer.flow.calibration import (
 from linearizer.flow.model import TransportedSide
 from linearizer.flow.spec import SamplerSpec
 from linearizer.flow.task import FlowTask, load_images
-from linearizer.flow.transport import (
-    Mixing,
-    TransportOptions,
-    VectorFlow,
-    fit_transport,
-)
+from linearizer.flow.transport import Mixing, TransportOptions, VectorFlow, fit_transport
 from linearizer.io import load_tensors
 from linearizer.training.config import resolve
 from linearizer.training.runs import load_run
@@ -39,13 +34,30 @@ F64 = torch.float64
 
 # pretrained:mnist's transport (the asset of 2026-12-04) as this code computes it: F on three
 # Gaussian rows (their first three coordinates), log |det dF^-1/du| there, and the means of eight
-# samples with it. (Entries saved under older names: the Mixing test below.)
-SHIPPED_FLOW = [-1.1288657879861081, -1.0110923143717883, 0.015677428507455904,
-                1.6971051940010546, 1.4300883393987762, 0.5984546074804906,
-                1.2256091926989803, 0.720001675657457, 0.29542481258231135]  # fmt: skip
+# multi-step samples with it, all in float64. (Entries saved under older names: the Mixing test
+# below.)
+SHIPPED_FLOW = [
+    -1.1288657879861081,
+    -1.0110923143717883,
+    0.015677428507455904,
+    1.6971051940010546,
+    1.4300883393987762,
+    0.5984546074804906,
+    1.2256091926989803,
+    0.720001675657457,
+    0.29542481258231135,
+]
 SHIPPED_LOGDET = [-0.3369181212639214, 12.360045862247022, -0.72682743838917]
-SHIPPED_SAMPLE_MEANS = [0.0685425, 0.174764, 0.1580409, 0.10475,
-                        0.0995285, 0.1875128, 0.1601605, 0.0987293]  # fmt: skip
+SHIPPED_SAMPLE_MEANS = [
+    0.06858308867619371,
+    0.1747922375844266,
+    0.1580685969891325,
+    0.10477498659475076,
+    0.09955760211751062,
+    0.18750781801792832,
+    0.16015002185297467,
+    0.0987628864389644,
+]
 
 
 def _random_flow(dim: int, seed: int = 0) -> VectorFlow:
@@ -72,8 +84,11 @@ def _square_dependence(y: torch.Tensor) -> float:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("transport") / "run"
-    cfg = resolve("flow", "smoke", ["max_steps=4", "progress=false", "calibration_samples=256",
-                                    "transport_steps=40"])  # fmt: skip
+    cfg = resolve(
+        "flow",
+        "smoke",
+        ["max_steps=4", "progress=false", "calibration_samples=256", "transport_steps=40"],
+    )
     train(FlowTask(), cfg, folder)
     return folder
 
@@ -93,8 +108,13 @@ def test_the_coupling_flow_inverts_exactly_and_its_likelihood_is_a_density(dim):
     plain = VectorFlow(dim, blocks=3, hidden=8, mixing=False)
     assert torch.equal(plain(u.float()), u.float())  # starts as the identity
     fresh = VectorFlow(dim, blocks=3, hidden=8).double()  # a rotation (float32 factors)
-    assert_near(fresh(u).norm(dim=1), u.norm(dim=1), eps_factor=1e2, dtype=torch.float32,
-                what="a fresh flow keeps lengths")  # fmt: skip
+    assert_near(
+        fresh(u).norm(dim=1),
+        u.norm(dim=1),
+        eps_factor=1e2,
+        dtype=torch.float32,
+        what="a fresh flow keeps lengths",
+    )
 
 
 def test_tau_inverts_and_moves_only_the_samplers_range():
@@ -136,8 +156,12 @@ def test_a_calibrated_sampler_applies_tau_one_and_multi_step_and_stays_a_lineari
     kw = {"steps": 10, "final": "predict", "maps": "transport"}
     x0 = torch.randn(4, *model.image_shape, dtype=F64, generator=torch.Generator().manual_seed(7))
     one = model.sample(x0, **kw)
-    assert_near(model.sample(x0, one_step=False, **kw), one, eps_factor=1e6,
-                what="one-step = multi-step with tau")  # fmt: skip
+    assert_near(
+        model.sample(x0, one_step=False, **kw),
+        one,
+        eps_factor=1e6,
+        what="one-step = multi-step with tau",
+    )
     with torch.no_grad():
         b = model.one_step_matrix(**kw)
         want = model.decode(cal.transport(model.encode(x0, 0.0) @ b.T), 1.0)
@@ -146,8 +170,12 @@ def test_a_calibrated_sampler_applies_tau_one_and_multi_step_and_stays_a_lineari
     assert isinstance(f.g_y, TransportedSide)
     assert_near(f(x0), one, eps_factor=1e6, what="the generator is the sampler")
     a, c = x0[:2], x0[2:]
-    assert_near(f(f.space_x.add(a, c)), f.space_y.add(f(a), f(c)), eps_factor=1e7,
-                what="additivity in the transported space")  # fmt: skip
+    assert_near(
+        f(f.space_x.add(a, c)),
+        f.space_y.add(f(a), f(c)),
+        eps_factor=1e7,
+        what="additivity in the transported space",
+    )
     x1 = one[:2]
     assert_near(f.g_y.inverse(f.g_y(x1)), x1, eps_factor=1e6, what="tau^-1 o g_data inverts")
     other = model.sample(x0, steps=6, final="skip")  # other samplers run without tau
@@ -214,8 +242,10 @@ def test_sampling_at_another_temperature_than_the_fit_says_so(run, tmp_path, cap
     assert "note:" not in capsys.readouterr().err
     assert main(argv + ["--out", str(tmp_path / "b"), "--temperature", "1.3"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["note: the latent maps were fitted at temperature 1; sampling at 1.3 "
-                   "(linearizer calibrate RUN --temperature 1.3 refits them)"]  # fmt: skip
+    assert err == [
+        "note: the latent maps were fitted at temperature 1; sampling at 1.3 "
+        "(linearizer calibrate RUN --temperature 1.3 refits them)"
+    ]
 
 
 def test_a_calibration_recorded_before_the_mixing_layers_still_loads(run, tmp_path):
@@ -223,8 +253,9 @@ def test_a_calibration_recorded_before_the_mixing_layers_still_loads(run, tmp_pa
 
     loaded = load_run(run)
     images, _ = load_images(loaded.config, "train")
-    opts = FitOptions(sampler=SamplerSpec(steps=6), n=128, transport_steps=10,
-                      transport_mixing=False)  # fmt: skip
+    opts = FitOptions(
+        sampler=SamplerSpec(steps=6), n=128, transport_steps=10, transport_mixing=False
+    )
     cal = fit_calibration(loaded.model, images, opts)
     assert cal.transport.flow.mixes is None
     copy = tmp_path / "run"
@@ -260,10 +291,22 @@ def test_the_shipped_transport_loads_and_gives_what_it_gave(monkeypatch, tmp_pat
     flow = model.calibration.transport.flow
     u = torch.randn(3, 64, generator=torch.Generator().manual_seed(1), dtype=F64)
     x0 = torch.randn(8, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    kw = {"maps": "transport", "one_step": False}  # B of 1024 columns costs more than 8 rows
     with torch.no_grad():
         y, (_, logdet) = flow(u), flow.inverse_logdet(u)
-        samples = model.sample(x0, maps="transport")
+        low = model.sample(x0, **kw).mean(dim=(1, 2, 3))
+        high = model.double().sample(x0.double(), dtype=F64, **kw).mean(dim=(1, 2, 3))
+    # the transport's flow runs in float64 (its weights are float16 values), so these hold to
+    # float64 rounding on any CPU
     assert_near(y[:, :3].flatten(), torch.tensor(SHIPPED_FLOW, dtype=F64), eps_factor=1e3)
     assert_near(logdet, torch.tensor(SHIPPED_LOGDET, dtype=F64), eps_factor=1e3)
-    means = samples.mean(dim=(1, 2, 3)).double()
-    assert float((means - torch.tensor(SHIPPED_SAMPLE_MEANS, dtype=F64)).abs().max()) <= 1e-6
+    # the float64 sampler still computes the U-Net's time frequencies in float32 (see
+    # time_features), and scalar and vector pow round them differently: a float32 bound
+    shipped = torch.tensor(SHIPPED_SAMPLE_MEANS, dtype=F64)
+    assert_near(high, shipped, eps_factor=16, dtype=torch.float32, what="float64 sample means")
+    # float32 samples: each latent passes dot products over D = 1024 terms (D eps worst case)
+    # through four chained maps, whatever order a CPU's kernels sum them in
+    bound = 4 * model.dim
+    assert_near(
+        low.double(), high, eps_factor=bound, dtype=torch.float32, scale=1.0, what="float32 means"
+    )

@@ -177,7 +177,7 @@ def test_shapes_dtypes_and_flag_handling():
     x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
     out = net(x, torch.zeros(2, dtype=torch.float64))
     assert out.shape == (2, 6, 8, 8) and out.dtype == torch.float64
-    assert torch.equal(net(x), out)  # cond=None means tau = 0
+    assert torch.equal(net(x), out)  # flag=None means tau = 0
     assert rel_err(net(x, torch.ones(2)), out) > 1e-3
     assert torch.equal(net(x, torch.tensor(1.0)), net(x, torch.ones(2)))  # scalar broadcasts
     per_sample = net(x, torch.tensor([0.0, 1.0]))
@@ -186,7 +186,7 @@ def test_shapes_dtypes_and_flag_handling():
         net(torch.randn(2, 2, 8, 8, dtype=torch.float64))
     with pytest.raises(LinearizerError, match="divisible"):
         net(torch.randn(2, 3, 7, 7, dtype=torch.float64))
-    with pytest.raises(LinearizerError, match="cond"):
+    with pytest.raises(LinearizerError, match="flag"):
         net(x, torch.ones(3))
 
 

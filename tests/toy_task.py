@@ -26,7 +26,8 @@ from torch import Tensor, nn
 from linearizer.errors import LinearizerError
 from linearizer.training.config import TrainConfig, apply_overrides, option
 from linearizer.training.random_streams import StepRandom
-from linearizer.training.trainer import resume_config, train
+from linearizer.training.resume import resume_config
+from linearizer.training.trainer import train
 
 SCRIPT = __file__  # run as ``python SCRIPT RUN --set ...`` (tests/toy_task.py)
 
@@ -85,8 +86,9 @@ class ToyTask:
         gen = torch.Generator().manual_seed(1234)
         centers = 2.0 * torch.randn(4, cfg.dim, generator=gen, dtype=torch.float64)
         labels = torch.randint(4, (cfg.n_data,), generator=gen)
-        data = centers[labels] + 0.3 * torch.randn(cfg.n_data, cfg.dim, generator=gen,
-                                                   dtype=torch.float64)  # fmt: skip
+        data = centers[labels] + 0.3 * torch.randn(
+            cfg.n_data, cfg.dim, generator=gen, dtype=torch.float64
+        )
         self.data = data.to(dtype)
         return ToyNet(cfg.dim, cfg.width).to(dtype)
 

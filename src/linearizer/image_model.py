@@ -66,8 +66,9 @@ class ImageModel(nn.Module):
             check_image_batch(x, self.image_shape, what)
         elif not isinstance(x, Tensor) or x.dim() != 4 or x.shape[1] != self.channels:
             got = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise LinearizerError(f"{what} must have shape [N, {', '.join(map(str, shape))}], "
-                                  f"got {got}")  # fmt: skip
+            raise LinearizerError(
+                f"{what} must have shape [N, {', '.join(map(str, shape))}], got {got}"
+            )
         if not torch.isfinite(x).all():
             raise LinearizerError(f"{what} contain NaN or infinite values")
 

@@ -195,8 +195,9 @@ def read_array(
     path = Path(path)
     try:
         if not path.is_file():
-            raise LinearizerError(f"missing file: {path}" if not path.exists() else
-                                  f"{path} is not a file")  # fmt: skip
+            raise LinearizerError(
+                f"missing file: {path}" if not path.exists() else f"{path} is not a file"
+            )
         size = path.stat().st_size
         with open(path, "rb") as fh:
             magic = fh.read(6)
@@ -243,8 +244,9 @@ def read_image(path: str | os.PathLike, mode: str | None = None) -> Any:
 
     path = Path(path)
     if not path.is_file():
-        raise LinearizerError(f"missing file: {path}" if not path.exists() else
-                              f"{path} is not a file")  # fmt: skip
+        raise LinearizerError(
+            f"missing file: {path}" if not path.exists() else f"{path} is not a file"
+        )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -257,8 +259,16 @@ def read_image(path: str | os.PathLike, mode: str | None = None) -> Any:
                 return img.convert(mode) if mode else img.copy()
     except LinearizerError:
         raise
-    except (OSError, ValueError, SyntaxError, EOFError, MemoryError, struct.error,
-            Image.DecompressionBombError, Image.DecompressionBombWarning) as e:  # fmt: skip
+    except (
+        OSError,
+        ValueError,
+        SyntaxError,
+        EOFError,
+        MemoryError,
+        struct.error,
+        Image.DecompressionBombError,
+        Image.DecompressionBombWarning,
+    ) as e:
         raise LinearizerError(f"cannot read image {path}: {e}") from None
 
 
@@ -279,8 +289,9 @@ def load_tensors(path: str | os.PathLike) -> dict:
 
     path = Path(path)
     if not path.is_file():
-        raise LinearizerError(f"missing file: {path}" if not path.exists() else
-                              f"{path} is not a file")  # fmt: skip
+        raise LinearizerError(
+            f"missing file: {path}" if not path.exists() else f"{path} is not a file"
+        )
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:

@@ -8,14 +8,15 @@ weights, as its JSON says, in half precision, and the model's latent calibration
 checksum of the training data, how the calibration was fitted and the model's evaluation).
 :func:`unpack` checks the hash, then writes a run folder (``config.json``, ``run.json``, one
 float32 checkpoint) in the user cache (:func:`linearizer.io.default_cache_dir`),
-``<cache>/pretrained/<name>-<weights hash>-<config hash>``. Importing this module registers the
-``pretrained`` source of :func:`linearizer.training.runs.run_folder`, so every command and
-loader that opens a run opens ``pretrained:NAME``: ``linearizer sample pretrained:mnist --n 64
---out DIR``, ``load_run("pretrained:mnist")`` or :func:`from_pretrained` (the one of
-:mod:`linearizer.training.model_folder`, which also opens run folders and saved folders).
+``<cache>/pretrained/<name>-<weights hash>-<config hash>``. :func:`unpack` is the ``pretrained``
+source that :data:`linearizer.training.runs.SOURCES` declares (imported on first use), so every
+command and loader that opens a run opens ``pretrained:NAME`` with nothing imported first:
+``linearizer sample pretrained:mnist --n 64 --out DIR``, ``load_run("pretrained:mnist")`` or
+:func:`from_pretrained` (re-exported from :mod:`linearizer.training.model_folder`, the same
+function, which also opens run folders and saved folders).
 
 >>> available()
-['mnist', 'mnist-cond', 'mnist-r16']
+['mnist', 'mnist-cond', 'mnist-mix', 'mnist-r16']
 >>> run_folder("pretrained:nope")
 Traceback (most recent call last):
     ...
@@ -51,7 +52,8 @@ from .flow.calibration import (
 from .io import default_cache_dir, load_tensors, read_json, save_tensors, write_json
 from .training.checkpoint import save_checkpoint
 from .training.model_folder import from_pretrained
-from .training.runs import load_run, register_source, run_folder, run_kind
+from .training.runs import GUIDANCE_FILE, load_run, run_folder, run_kind
+from .training.weights import weights_label
 
 FORMAT = "linearizer.pretrained/1"
 # The run spec prefix of a shipped model: "pretrained:mnist".
@@ -59,7 +61,12 @@ PRETRAINED = "pretrained:"
 # Tensors of a shipped latent calibration (flow.calibration) beside the weights in one file.
 CALIBRATION = "calibration."
 # name -> asset file stem in linearizer/assets
-ASSETS = {"mnist": "flow_mnist", "mnist-r16": "flow_mnist_r16", "mnist-cond": "flow_mnist_cond"}
+ASSETS = {
+    "mnist": "flow_mnist",
+    "mnist-r16": "flow_mnist_r16",
+    "mnist-cond": "flow_mnist_cond",
+    "mnist-mix": "flow_mnist_mix",
+}
 
 
 def available() -> list[str]:
@@ -125,8 +132,11 @@ def unpack(name: str) -> Path:
     """A run folder holding the pretrained model ``name`` (made once per weights and config)."""
     meta = verify(name)
     # The config is part of the key: a description that changes (a sampler default, say) over
-    # the same weights must not reopen the folder made from the old one.
-    config = json.dumps(meta["config"], sort_keys=True).encode()
+    # the same weights must not reopen the folder made from the old one; nor may a newly
+    # recorded recommended guidance.
+    guidance = meta.get("recommended_guidance")
+    key = meta["config"] if guidance is None else {"config": meta["config"], "guidance": guidance}
+    config = json.dumps(key, sort_keys=True).encode()
     folder = cache_root() / f"{name}-{meta['sha256'][:12]}-{hashlib.sha256(config).hexdigest()[:8]}"
     if (folder / "run.json").is_file():
         return folder
@@ -166,11 +176,20 @@ def _build(meta: dict[str, Any]) -> tuple[nn.Module, Any]:
 def _write_run(folder: Path, model: nn.Module, cfg: Any, meta: dict[str, Any]) -> None:
     step = int(meta["step"])
     write_json(folder / "config.json", cfg.to_dict())
-    save_checkpoint(folder, step, model, config=cfg.to_dict(), model_kind=meta["kind"],
-                    keep_last=1)  # fmt: skip
-    write_json(folder / "run.json", {"kind": meta["kind"], "library_version": __version__,
-                                     "world": 1, "status": "finished", "step": step,
-                                     "pretrained": meta.get("name", "")})  # fmt: skip
+    save_checkpoint(folder, step, model, config=cfg.to_dict(), model_kind=meta["kind"], keep_last=1)
+    write_json(
+        folder / "run.json",
+        {
+            "kind": meta["kind"],
+            "library_version": __version__,
+            "world": 1,
+            "status": "finished",
+            "step": step,
+            "pretrained": meta.get("name", ""),
+        },
+    )
+    if "recommended_guidance" in meta:  # read back by load_run (Run.recommended_guidance)
+        write_json(folder / GUIDANCE_FILE, meta["recommended_guidance"])
 
 
 def _write_calibration(folder: Path, tensors: dict, meta: dict[str, Any], source: Path) -> None:
@@ -197,24 +216,31 @@ def export(
     run = load_run(run_dir, use_ema=use_ema)
     file = ASSETS.get(name, name)
     out = Path(out_dir)
-    state = {k: v.detach().to(torch.float16) if v.is_floating_point() else v
-             for k, v in run.model.state_dict().items()}  # fmt: skip
+    state = {
+        k: v.detach().to(torch.float16) if v.is_floating_point() else v
+        for k, v in run.model.state_dict().items()
+    }
     cal = getattr(run.model, "calibration", None)
     if cal is not None:  # float32: K multiplies every sample's latent, keep it finer than f16
         # the transport's flow in half precision, like the network's weights (10 MB budget)
         state.update(to_tensors(cal, CALIBRATION, torch.float32, torch.float16))
         extra = {**extra, "calibration": {"fit": calibration_info(run.path)["fit"]}}
     weights = save_tensors(out / f"{file}.safetensors", state, metadata={"format": FORMAT})
-    meta = {"format": FORMAT, "name": name, "kind": run.kind, "step": run.step,
-            "config": run.config.to_dict(), "dtype": "float16",
-            "weights": "EMA" if use_ema and run.config.ema_decay > 0 else "raw",
-            "sha256": file_sha256(weights), "library_version": __version__,
-            "torch": torch.__version__, **extra}  # fmt: skip
+    meta = {
+        "format": FORMAT,
+        "name": name,
+        "kind": run.kind,
+        "step": run.step,
+        "config": run.config.to_dict(),
+        "dtype": "float16",
+        "weights": weights_label(run.weights),
+        "sha256": file_sha256(weights),
+        "library_version": __version__,
+        "torch": torch.__version__,
+        **extra,
+    }
     write_json(out / f"{file}.json", meta)
     return weights
 
-
-# Every loader of runs (load_run, run_folder, from_pretrained) opens "pretrained:NAME" from here.
-register_source("pretrained", unpack)
 
 __all__ = ["available", "export", "from_pretrained", "info", "run_folder", "unpack", "verify"]

@@ -18,6 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from ..flow.calibration import fit_calibration, save_calibration
     from ..pretrained import PRETRAINED
     from ..training.runs import load_run
+    from ..training.weights import weights_label
 
     if str(args.run).startswith(PRETRAINED):
         raise LinearizerError(
@@ -37,12 +38,13 @@ def run(args: argparse.Namespace) -> int:
     if transport < 0:
         raise LinearizerError(f"--transport-steps must be >= 0, got {transport}")
     opts = FitOptions(sampler=spec, n=args.n, seed=args.seed, transport_steps=transport)
-    names = " and ".join("EMA" if s == "ema" else "raw" for s in sorted(sections))
+    names = " and ".join(weights_label(s) for s in sorted(sections))
     if args.dry_run:
-        print(f"would calibrate {args.run} (step {step}; {names} weights) on {opts.n} samples "
-              f"at temperature {spec.temperature:g}, {spec.method} T = {spec.steps}, "
-              f"final {spec.final}"
-              + (f", latent transport {transport} steps" if transport else ""))  # fmt: skip
+        print(
+            f"would calibrate {args.run} (step {step}; {names} weights) on {opts.n} samples "
+            f"at temperature {spec.temperature:g}, {spec.method} T = {spec.steps}, "
+            f"final {spec.final}" + (f", latent transport {transport} steps" if transport else "")
+        )
         return 0
     from ..flow.task import load_images
 
@@ -52,11 +54,15 @@ def run(args: argparse.Namespace) -> int:
     path = save_calibration(loaded.path, fits, step, opts)
     for s, cal in sorted(fits.items()):
         lo, hi = cal.spectrum()
-        print(f"{'EMA' if s == 'ema' else 'raw'} weights: {cal.basis.shape[1]} directions, "
-              f"scales {lo:.3g} .. {hi:.3g}"
-              + (", latent transport" if cal.transport is not None else ""))  # fmt: skip
-    print(f"calibrated {args.run} (step {step}) in {time.perf_counter() - start:.0f} s "
-          f"-> {path} ({', '.join(f'{k}={v}' for k, v in asdict(opts).items())})")  # fmt: skip
+        print(
+            f"{weights_label(s)} weights: {cal.basis.shape[1]} directions, "
+            f"scales {lo:.3g} .. {hi:.3g}"
+            + (", latent transport" if cal.transport is not None else "")
+        )
+    print(
+        f"calibrated {args.run} (step {step}) in {time.perf_counter() - start:.0f} s "
+        f"-> {path} ({', '.join(f'{k}={v}' for k, v in asdict(opts).items())})"
+    )
     return 0
 
 
@@ -76,15 +82,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "shape, not only its covariance (--maps transport draws "
         "g_data^-1(tau(K B g_noise(x0)))). Training with "
         "calibration_samples > 0 (the cpu preset) does this at the end.",
-    )  # fmt: skip
+    )
     p.add_argument("run", help="a flow run folder")
     p.add_argument("--n", type=int, default=FitOptions.n, help="noise draws and training images")
     add_spec_options(p)
-    p.add_argument("--transport-steps", type=int, default=None,
-                   help="Adam steps of the latent transport fitted after K (flow.transport; "
-                   "0: none; default: the run's transport_steps)")  # fmt: skip
-    p.add_argument("--seed", type=int, default=FitOptions.seed,
-                   help="seed of the noise and image draw")  # fmt: skip
+    p.add_argument(
+        "--transport-steps",
+        type=int,
+        default=None,
+        help="Adam steps of the latent transport fitted after K (flow.transport; "
+        "0: none; default: the run's transport_steps)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=FitOptions.seed, help="seed of the noise and image draw"
+    )
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--dry-run", action="store_true", help="check the inputs, say what would run")
     p.set_defaults(func=run)

@@ -83,13 +83,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     # defaults that depend on --model are left out of the namespace (SUPPRESS) and filled in by
     # run_train; their help states them, as the formatter would print "(default: None)"
     per_model = {"default": argparse.SUPPRESS}
-    t.add_argument("--seed", type=int, help="random seed (default: 0 for lenet, 1 for judge)",
-                   **per_model)  # fmt: skip
-    t.add_argument("--epochs", type=int, help="epochs (default: 12 for lenet, 5 for judge)",
-                   **per_model)  # fmt: skip
+    t.add_argument(
+        "--seed", type=int, help="random seed (default: 0 for lenet, 1 for judge)", **per_model
+    )
+    t.add_argument(
+        "--epochs", type=int, help="epochs (default: 12 for lenet, 5 for judge)", **per_model
+    )
     out_help = "weights file (.safetensors); the JSON record goes beside it (default: {})"
-    t.add_argument("--out", help=out_help.format(DEFAULT_OUT.replace("{model}", "MODEL")),
-                   **per_model)  # fmt: skip
+    t.add_argument(
+        "--out", help=out_help.format(DEFAULT_OUT.replace("{model}", "MODEL")), **per_model
+    )
     t.add_argument("--root", default=None, help="folder with the MNIST IDX files (optional)")
     t.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     t.add_argument("--dry-run", action="store_true", help="print the plan and stop")

@@ -68,16 +68,30 @@ def measure_identities(
     def add(name: str, where: str, check: Callable[[], float]) -> None:
         rows.append((name, where, check))
 
-    add("round trip  g^-1(g(x)) = x", "G(.,1), G(.,0)", lambda: max(
-        rel_error(g_x.inverse(g_x(x1)), x1), rel_error(g_y.inverse(g_y(y)), y)))  # fmt: skip
-    add("superposition  f(a.x1 + b.x2) = a.f(x1) + b.f(x2)", "TimeLoRA(t=.5)", lambda: rel_error(
-        f(sx.add(sx.scale(a, x1), sx.scale(-0.7, x2))),
-        sy.add(sy.scale(a, f(x1)), sy.scale(-0.7, f(x2)))))  # fmt: skip
+    add(
+        "round trip  g^-1(g(x)) = x",
+        "G(.,1), G(.,0)",
+        lambda: max(rel_error(g_x.inverse(g_x(x1)), x1), rel_error(g_y.inverse(g_y(y)), y)),
+    )
+    add(
+        "superposition  f(a.x1 + b.x2) = a.f(x1) + b.f(x2)",
+        "TimeLoRA(t=.5)",
+        lambda: rel_error(
+            f(sx.add(sx.scale(a, x1), sx.scale(-0.7, x2))),
+            sy.add(sy.scale(a, f(x1)), sy.scale(-0.7, f(x2))),
+        ),
+    )
     add("pinv  f(f+(f(x))) = f(x)", "TimeLoRA(t=.5)", lambda: rel_error(f(f.pinv(f(x1))), f(x1)))
-    add("pinv  f+(f(f+(y))) = f+(y)", "TimeLoRA(t=.5)", lambda: rel_error(
-        f.pinv(f(f.pinv(y))), f.pinv(y)))  # fmt: skip
-    add("adjoint  <f(x),y>_gy = <x,fT(y)>_gx", "TimeLoRA(t=.5)", lambda: rel_error(
-        sy.inner(f(x1), y), sx.inner(x1, f.transpose(y))))  # fmt: skip
+    add(
+        "pinv  f+(f(f+(y))) = f+(y)",
+        "TimeLoRA(t=.5)",
+        lambda: rel_error(f.pinv(f(f.pinv(y))), f.pinv(y)),
+    )
+    add(
+        "adjoint  <f(x),y>_gy = <x,fT(y)>_gx",
+        "TimeLoRA(t=.5)",
+        lambda: rel_error(sy.inner(f(x1), y), sx.inner(x1, f.transpose(y))),
+    )
 
     def svd_check() -> float:
         s = f.svd()
@@ -86,11 +100,17 @@ def measure_identities(
 
     add("SVD  f(g_x^-1 v_i) = s_i . g_y^-1 u_i", "TimeLoRA(t=.5)", svd_check)
     back = Linearizer(g_y, _perturbed(Dense(torch.randn(d, d) / d**0.5), dtype), g_x)
-    add("compose  (b o f)(x) = b(f(x))", "Dense after TimeLoRA", lambda: rel_error(
-        back.compose(f)(x1), back(f(x1))))  # fmt: skip
+    add(
+        "compose  (b o f)(x) = b(f(x))",
+        "Dense after TimeLoRA",
+        lambda: rel_error(back.compose(f)(x1), back(f(x1))),
+    )
     square = Linearizer(g_x, _perturbed(Dense(torch.randn(d, d) / d**0.5), dtype))
-    add("power  f^3(x) = f(f(f(x)))", "Dense, g_x = g_y", lambda: rel_error(
-        square.power(3)(x1), square(square(square(x1)))))  # fmt: skip
+    add(
+        "power  f^3(x) = f(f(f(x)))",
+        "Dense, g_x = g_y",
+        lambda: rel_error(square.power(3)(x1), square(square(square(x1)))),
+    )
 
     def eig_check() -> float:
         e = square.eig()
@@ -101,8 +121,9 @@ def measure_identities(
     add("eig  f(g^-1 v) = l . g^-1 v (real pairs)", "Dense, g_x = g_y", eig_check)
     for cls in (OrthogonalProjector, ObliqueProjector):
         p = Linearizer(g_x, _perturbed(cls(d, rank=8), dtype))
-        add("idempotence  f(f(x)) = f(x)", f"{cls.__name__}", lambda p=p: rel_error(
-            p(p(x1)), p(x1)))  # fmt: skip
+        add(
+            "idempotence  f(f(x)) = f(x)", f"{cls.__name__}", lambda p=p: rel_error(p(p(x1)), p(x1))
+        )
     return [(name, where, check()) for name, where, check in rows]
 
 

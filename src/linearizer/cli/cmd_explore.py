@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import LinearizerError
-from .flowargs import add_spec_options, spec_from_args
+from .flowargs import add_spec_options, default_guidance, spec_from_args
 
 LOCAL = ("127.0.0.1", "localhost", "::1")
 
@@ -25,9 +25,14 @@ def run(args: argparse.Namespace) -> int:
     run = open_run(args.run)
     sampler = getattr(run.config, "sampler", None)  # flow runs only
     spec = None if sampler is None else spec_from_args(args, sampler)
+    recommended = default_guidance(args, run)
+    if spec is not None and recommended is not None:
+        spec = spec.replace(guidance=recommended)
     explorer = Explorer(run, k=args.k, spec=spec, index=index)
-    print(f"{args.run}: {explorer.kind} run at step {explorer.run.step}; "
-          f"tabs: {', '.join(explorer.tabs)}")  # fmt: skip
+    print(
+        f"{args.run}: {explorer.kind} run at step {explorer.run.step}; "
+        f"tabs: {', '.join(explorer.tabs)}"
+    )
     if args.dry_run:
         print(f"would serve on http://{args.host}:{args.port}")
         return 0
@@ -45,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (localhost only)")
     p.add_argument("--port", type=int, default=7860, help="port (0: the first free one)")
     p.add_argument("--k", type=int, default=6, help="singular directions offered in the Walk tab")
-    add_spec_options(p)  # flow runs: Generate's sampler; Walk and Invert skip its last interval
+    # flow runs: Generate's sampler; Walk and Invert skip its last interval
+    add_spec_options(p, recommended=True)
     p.add_argument(
         "--index",
         default=None,

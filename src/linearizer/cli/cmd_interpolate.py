@@ -35,8 +35,10 @@ def run(args: argparse.Namespace) -> int:
     for space, row in zip(spaces, rows, strict=True):  # a path's ends are round trips
         note = round_trip_note(torch.cat([xa, xb]), torch.cat([row[:1], row[-1:]]))
         if note:
-            print(f"note: {space} path, image 0 = test {pair[0]}, 1 = test {pair[1]}: {note}",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"note: {space} path, image 0 = test {pair[0]}, 1 = test {pair[1]}: {note}",
+                file=sys.stderr,
+            )
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import torch
 
 from ..data import save_grid
 from ..flow.inversion import condition_number, psnr_per_image, round_trip, round_trip_note
+from ..io import write_json
 from .common import read_image_batch
 from .flowargs import add_sampler_options, invertible_spec, load_model, parse_indices, test_images
 
@@ -26,19 +28,42 @@ def run(args: argparse.Namespace) -> int:
         print(f"would invert {len(x1)} images with {args.run} (step {step}) into {args.out}")
         return 0
     with torch.no_grad():
-        b = model.one_step_operator(inv, form=args.form)
-        x0, back = round_trip(model, x1, b)
+        parts, why = components_of(model, x1, inv)
+        x0, back, conds = torch.empty_like(x1), torch.empty_like(x1), []
+        for k in parts.unique().tolist():
+            rows = parts == k
+            part_spec = inv if k < 0 else inv.replace(label=int(k))
+            b = model.one_step_operator(part_spec, form=args.form)
+            x0[rows], back[rows] = round_trip(model, x1[rows], b)
+            conds.append(condition_number(b))
     psnr = psnr_per_image(x1, back)
     rows = torch.cat([x1, (x0 * 0.25 + 0.5), back]).float().clamp(0, 1)
     save_grid(rows, Path(args.out) / "inversion.png", nrow=len(x1), scale=2)
-    print(f"B: {inv.describe()} (the run's sampler, last interval skipped so B inverts), "
-          f"condition number {condition_number(b):.3g}")  # fmt: skip
+    print(
+        f"B: {inv.describe()} (the run's sampler, last interval skipped so B inverts), "
+        f"condition number {max(conds):.3g}"
+    )
+    if why:
+        print(f"components ({why}): " + ", ".join(map(str, parts.tolist())))
     print("round-trip PSNR (dB): " + ", ".join(f"{p:.1f}" for p in psnr))
+    record = {"spec": inv.to_dict(), "components": parts.tolist(), "chosen_by": why}
+    record["psnr_db"] = [p if math.isfinite(p) else None for p in psnr]
+    write_json(Path(args.out) / "inversion.json", record)
     note = round_trip_note(x1, back)
     if note:
         print(f"note: {note}", file=sys.stderr)
     print(f"rows: image, noise (x0/4 + 1/2), regenerated -> {Path(args.out) / 'inversion.png'}")
     return 0
+
+
+def components_of(model, x1: torch.Tensor, spec) -> tuple[torch.Tensor, str]:
+    """Each image's component: the spec's, or for a mixture without one the most likely
+    (:meth:`~linearizer.flow.mixture.MixtureFlow.likeliest`); ``-1`` for one generator."""
+    if model.components == 1:
+        return torch.full((len(x1),), -1), ""
+    if spec.label is not None:
+        return torch.full((len(x1),), spec.label), "given"
+    return model.likeliest(x1, spec)[0], "most likely: weight, noise density and volume of B_k"
 
 
 def register(sub: argparse._SubParsersAction) -> None:

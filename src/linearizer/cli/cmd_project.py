@@ -44,14 +44,16 @@ def _save_svd(model, out: Path) -> None:
     from ..data import save_grid
     from ..io import save_tensors
 
-    svd = model.generator.svd()
+    svd = model.generator().svd()
     v = svd.V_x.detach().float()
     flat = v.flatten(1)
     lo, hi = flat.min(1).values, flat.max(1).values
     shown = (flat - lo[:, None]) / (hi - lo).clamp_min(1e-12)[:, None]
     save_grid(shown.view_as(v), out / "svd_directions.png", nrow=8, scale=2)
-    save_tensors(out / "svd.safetensors", {"S": svd.S, "V_x": svd.V_x, "U_y": svd.U_y,
-                                           "V_lat": svd.V_lat, "U_lat": svd.U_lat})  # fmt: skip
+    save_tensors(
+        out / "svd.safetensors",
+        {"S": svd.S, "V_x": svd.V_x, "U_y": svd.U_y, "V_lat": svd.V_lat, "U_lat": svd.U_lat},
+    )
     values = f"{float(svd.S.min()):.6g}..{float(svd.S.max()):.6g}"
     where = out / "svd_directions.png"
     print(f"induced SVD: {len(svd.S)} directions g^-1(q_i), singular values {values} -> {where}")
@@ -94,12 +96,15 @@ def run_project(args: argparse.Namespace) -> int:
             rows.insert(0, clean[:8])
         if name == "noise":
             rows[0] = rows[0] / (3 * rows[0].std()) + 0.5
-        save_grid(torch.cat(rows).clamp(0, 1), out / f"strip_{name}.png", nrow=len(rows[0]),
-                  scale=2)  # fmt: skip
+        save_grid(
+            torch.cat(rows).clamp(0, 1), out / f"strip_{name}.png", nrow=len(rows[0]), scale=2
+        )
         save_tensors(out / f"{name}.safetensors", {"input": x, "f": fx, "ff": ffx})
         summary[f"idempotence.{name}"] = float(err.max())
-        print(f"{name}: {len(x)} inputs, max |f(f(x)) - f(x)| / |f(x)| = {float(err.max()):.2e}"
-              f" -> {out / f'strip_{name}.png'}")  # fmt: skip
+        print(
+            f"{name}: {len(x)} inputs, max |f(f(x)) - f(x)| / |f(x)| = {float(err.max()):.2e}"
+            f" -> {out / f'strip_{name}.png'}"
+        )
     write_json(out / "project.json", summary)
     return 0
 
@@ -126,8 +131,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("project", help="project inputs with a trained projective model")
     p.add_argument("run", help="run folder of `linearizer train projective`")
     choices = " | ".join(INPUTS)
-    p.add_argument("--input", default="noise",
-                   help=f"{choices} | FILE.npy (images [N, H, W] or [N, 1, H, W])")  # fmt: skip
+    p.add_argument(
+        "--input", default="noise", help=f"{choices} | FILE.npy (images [N, H, W] or [N, 1, H, W])"
+    )
     p.add_argument("--out", required=True, help="output folder (strips, tensors, SVD)")
     p.add_argument("--n", type=int, default=16, help="number of inputs")
     p.add_argument("--seed", type=int, default=0, help="seed of noise and corruptions")

@@ -10,6 +10,8 @@ runs every method and writes a labelled strip (truth when known, observation, ea
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,7 @@ def run_restore(args: argparse.Namespace) -> int:
     from ..restore.degradations import make_degradation
 
     methods = _methods(args.methods)
+    spec = restore_spec(args)
     if args.n < 1:
         raise LinearizerError(f"--n must be >= 1, got {args.n}")
     if args.input != "test" and not Path(args.input).is_file():
@@ -101,20 +104,20 @@ def run_restore(args: argparse.Namespace) -> int:
             )
         y = read_image_batch(args.input, deg.obs_shape(), "input file")[: args.n]
         deg.fit_shape(len(y))
-    return _restore_and_save(args, prior, deg, y, truth, train, methods, out)
+    return _restore_and_save(args, prior, deg, y, truth, train, methods, spec, out)
 
 
-def _restore_and_save(args, prior, deg, y, truth, train, methods, out) -> int:
+def _restore_and_save(args, prior, deg, y, truth, train, methods, spec, out) -> int:
     import math
 
+    from ..restore.algorithms import consistency, fit_induced_operator, observed_rank
     from ..restore.evaluate import restore
     from ..restore.figures import save_strip_figure
     from ..restore.report import LABELS, prepare_prior, shown_observation
-    from ..restore.solvers import consistency, fit_induced_operator, observed_rank
 
     prepare_prior(prior, train)
     induced = None
-    fit = train[-args.fit_n :]
+    fit = train[-spec.fit_n :]
     dim = math.prod(deg.image_shape)
     if "induced-rns" in methods and deg.sigma == 0 and args.task != "inpaint-random":
         if len(fit) > dim:
@@ -127,10 +130,7 @@ def _restore_and_save(args, prior, deg, y, truth, train, methods, out) -> int:
         deg,
         y,
         methods=methods,
-        iters=args.iters,
-        noise_steps=args.noise_steps,
-        noise_lam=args.noise_lam,
-        map_steps=args.map_steps,
+        spec=spec,
         induced=induced,
         progress=lambda m: print(f"  {m} ..."),
     )
@@ -172,6 +172,7 @@ def run_report(args: argparse.Namespace) -> int:
         make_degradation(t, (1, 8, 8))
     if args.n < 2:
         raise LinearizerError(f"--n must be >= 2, got {args.n}")
+    spec = restore_spec(args)
     if args.dry_run:
         print(
             f"would measure {', '.join(tasks)} on {args.n} test digits with {args.run} "
@@ -198,15 +199,35 @@ def run_report(args: argparse.Namespace) -> int:
         classifier=classifier,
         tasks=tasks,
         seed=args.seed,
-        iters=args.iters,
-        noise_steps=args.noise_steps,
+        spec=spec,
         noise_n=args.noise_n,
-        map_steps=args.map_steps,
-        fit_n=args.fit_n,
         runs=facts,
     )
     print(Path(args.out) / "REPORT.md")
     return 0
+
+
+def add_restore_options(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """``--name`` for the :class:`~linearizer.restore.spec.RestoreSpec` fields ``names``, with
+    the field's type, default and help."""
+    from ..restore.spec import RestoreSpec
+
+    fields = {f.name: f for f in dataclasses.fields(RestoreSpec)}
+    hints = typing.get_type_hints(RestoreSpec)
+    for name in names:
+        f = fields[name]
+        kind = next(a for a in (*typing.get_args(hints[name]), hints[name]) if a is not type(None))
+        p.add_argument(
+            "--" + name.replace("_", "-"), type=kind, default=f.default, help=f.metadata["help"]
+        )
+
+
+def restore_spec(args: argparse.Namespace):
+    """The :class:`~linearizer.restore.spec.RestoreSpec` of the options ``args`` holds."""
+    from ..restore.spec import RestoreSpec
+
+    names = [f.name for f in dataclasses.fields(RestoreSpec) if hasattr(args, f.name)]
+    return RestoreSpec(**{name: getattr(args, name) for name in names})
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -219,19 +240,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     add_spec_options(p)  # the --flow run's sampler
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--iters", type=int, default=10, help="alternating-projection iterations")
-    p.add_argument(
-        "--noise-steps", type=int, default=100, help="Adam steps of the noise optimisation"
-    )
-    p.add_argument(
-        "--map-steps", type=int, default=50, help="Adam steps of the MAP on the range (range-map)"
-    )
-    p.add_argument(
-        "--fit-n",
-        type=int,
-        default=3000,
-        help="training digits for the induced operator A_H (more than the pixels)",
-    )
+    add_restore_options(p, ("iters", "noise_steps", "map_steps", "fit_n"))
     p.add_argument("--seed", type=int, default=0, help="seed of masks and measurement noise")
     p.add_argument("--dry-run", action="store_true", help="check the arguments and exit")
 
@@ -257,12 +266,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--n", type=int, default=16, help="number of images (at most)")
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated methods")
-    p.add_argument(
-        "--noise-lam",
-        type=float,
-        default=None,
-        help="weight of |z|^2 in the noise optimisation (None: sigma^2 with noise, else 0.003)",
-    )
+    add_restore_options(p, ("noise_lam",))
     p.set_defaults(func=run_restore)
 
     r = sub.add_parser(

@@ -202,8 +202,8 @@ def cmd_interpolate(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ..style.bank import IndexStyleNet
     from ..style.evaluate import evaluate_bank, run_seconds
+    from ..style.index_net import IndexStyleNet
     from ..style.task import load_style_data
 
     if args.threads:
@@ -281,8 +281,11 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="resize the input to SIZE x SIZE (default: the run's img_size)",
     )
     p.add_argument("--out", required=True, metavar="PNG", help="output image")
-    p.add_argument("--dry-run", action="store_true", help="check the inputs, say what would "
-                   "be written, and exit")  # fmt: skip
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the inputs, say what would be written, and exit",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -396,8 +399,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="extra wall times to record (e.g. targets=95)",
     )
     e.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
-    e.add_argument("--dry-run", action="store_true", help="check the runs, say what would be "
-                   "written, and exit")  # fmt: skip
+    e.add_argument(
+        "--dry-run", action="store_true", help="check the runs, say what would be written, and exit"
+    )
     e.add_argument(
         "--image-format",
         choices=["png", "jpg"],

@@ -17,14 +17,15 @@ def run(args: argparse.Namespace) -> int:
     loaded, spec = load_spec_run(args)
     spec = invertible_spec(spec)
     if args.dry_run:
-        print(f"would render the SVD of {args.run} ({spec.describe()}, k={args.k}) into "
-              f"{args.out}")  # fmt: skip
+        print(f"would render the SVD of {args.run} ({spec.describe()}, k={args.k}) into {args.out}")
         return 0
     result = induced_svd(loaded.model, spec, k=args.k, seed=args.seed)
     paths = render_svd(result, args.out)
     top = ", ".join(f"{float(s):.4g}" for s in result.sigma[: min(args.k, 8)])
-    print(f"{args.run} (step {loaded.step}): B = {spec.describe()} (the run's sampler, last "
-          f"interval skipped), cond {result.cond:.4g}")  # fmt: skip
+    print(
+        f"{args.run} (step {loaded.step}): B = {spec.describe()} (the run's sampler, last "
+        f"interval skipped), cond {result.cond:.4g}"
+    )
     print(f"top singular values: {top}")
     for path in paths.values():
         print(f"wrote {path}")

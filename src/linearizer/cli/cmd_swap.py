@@ -18,16 +18,20 @@ import torch
 from ..data import save_grid
 from ..errors import LinearizerError
 from .common import read_image_batch, write_npz
-from .flowargs import add_sampler_options, load_model
+from .flowargs import add_sampler_options, guidance_note, load_run_model
 
 
 def run(args: argparse.Namespace) -> int:
     from ..flow.inversion import psnr_per_image, round_trip_note
 
-    model, cfg, step, spec = load_model(args)
+    # --from and --to always name classes: the model's recommended guidance unless --guidance
+    loaded, model, spec, recommended = load_run_model(args, classes_given=True)
+    cfg, step = loaded.config, loaded.step
     if not model.classes:
-        raise LinearizerError(f"{args.run} is not class-conditional: swap needs a run trained "
-                              "with --set conditional=true (or pretrained:mnist-cond)")  # fmt: skip
+        raise LinearizerError(
+            f"{args.run} is not class-conditional: swap needs a run trained "
+            "with --set conditional=true (or pretrained:mnist-cond)"
+        )
     source = _class(args.source, model.classes, "--from")
     targets = _targets(args.to, model.classes)
     spec = spec.replace(label=source).invertible()
@@ -37,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
         x = _test_digits(cfg, source, args.n)
     x = x.to(spec.torch_dtype)
     if args.dry_run:
-        print(f"would swap {len(x)} images of class {source} to {', '.join(map(str, targets))} "
-              f"with {args.run} (step {step}) into {args.out}")  # fmt: skip
+        print(
+            f"would swap {len(x)} images of class {source} to {', '.join(map(str, targets))} "
+            f"with {args.run} (step {step}) into {args.out}"
+        )
         return 0
     with torch.no_grad():
         swapped = [model.swap(x, spec, to) for to in targets]
@@ -47,17 +53,26 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     columns = torch.stack([x, *swapped], 1).flatten(0, 1).float().clamp(0, 1)
     save_grid(columns, out / "swap.png", nrow=1 + len(targets), scale=2)
-    arrays = {"images": x.float().numpy(), "targets": np.asarray(targets, dtype=np.int64),
-              "swapped": torch.stack(swapped, 1).float().numpy()}  # fmt: skip
+    arrays = {
+        "images": x.float().numpy(),
+        "targets": np.asarray(targets, dtype=np.int64),
+        "swapped": torch.stack(swapped, 1).float().numpy(),
+    }
     write_npz(out / "swap.npz", arrays)
-    print(f"B_c: {spec.describe()} (last interval skipped so B_c inverts)")
-    print(f"swap {source} -> {targets[0]} -> {source}, round-trip PSNR (dB): "
-          + ", ".join(f"{p:.1f}" for p in psnr))  # fmt: skip
+    print(
+        f"B_c: {spec.describe()} (last interval skipped so B_c inverts{guidance_note(recommended)})"
+    )
+    print(
+        f"swap {source} -> {targets[0]} -> {source}, round-trip PSNR (dB): "
+        + ", ".join(f"{p:.1f}" for p in psnr)
+    )
     note = round_trip_note(x, back)
     if note:
         print(f"note: {note}", file=sys.stderr)
-    print(f"rows: one image each; columns: the image, then classes "
-          f"{', '.join(map(str, targets))} -> {out / 'swap.png'}, {out / 'swap.npz'}")  # fmt: skip
+    print(
+        f"rows: one image each; columns: the image, then classes "
+        f"{', '.join(map(str, targets))} -> {out / 'swap.png'}, {out / 'swap.npz'}"
+    )
     return 0
 
 
@@ -99,9 +114,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "regenerate the same noise as each class in --to (linearizer.flow.model.OneStepFlow."
         "swap). Without --images, the first --n test images of class --from.",
     )
-    add_sampler_options(p)
-    p.add_argument("--from", dest="source", type=int, required=True,
-                   help="the images' class")  # fmt: skip
+    add_sampler_options(p, recommended=True)
+    p.add_argument("--from", dest="source", type=int, required=True, help="the images' class")
     p.add_argument("--to", required=True, help="target classes: 3, or 1,2,3, or all")
     p.add_argument("--images", default=None, help=".npy/.npz/.png images [N, C, H, W] in [0, 1]")
     p.add_argument("--n", type=int, default=8, help="test images (when --images is not given)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import train_modules
+from .common import TRAIN_KINDS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,5 +14,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train a model. Runs also work under torchrun (one process per GPU).",
     )
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
-    for module in train_modules():
-        module.register(kinds)
+    for kind in TRAIN_KINDS.names():
+        TRAIN_KINDS.get(kind)(kinds)

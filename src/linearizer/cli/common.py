@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import LinearizerError
+from ..registry import Registry
 from ..training.config import config_class, preset_names, render_options, resolve
-from ..training.trainer import resume_config, train
+from ..training.resume import resume_config
+from ..training.trainer import train
 
 
 def add_train_options(p: argparse.ArgumentParser, kind: str, default_preset: str) -> None:
@@ -77,13 +79,15 @@ def run_training(kind: str, task: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def train_modules() -> list[Any]:
-    """The ``train_<kind>`` modules of this package, each adding one ``train`` sub-command."""
-    import pkgutil
-
-    package = importlib.import_module(__package__)
-    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
-    return [importlib.import_module(f"{__package__}.{n}") for n in names if n.startswith("train_")]
+# kind -> the register(kinds) that adds ``linearizer train KIND``
+TRAIN_KINDS: Registry[Callable[[argparse._SubParsersAction], None]] = Registry(
+    "train kind",
+    {
+        "flow": "linearizer.cli.train_flow:register",
+        "projective": "linearizer.cli.train_projective:register",
+        "style": "linearizer.cli.train_style:register",
+    },
+)
 
 
 def read_image_batch(path: str | os.PathLike, shape: tuple[int, ...], what: str) -> torch.Tensor:

@@ -26,34 +26,53 @@ from ..config import Config
 C = TypeVar("C", bound=Config)
 
 
-def add_config_options(p: argparse.ArgumentParser, cls: type[Config],
-                       flags: dict[str, str] | None = None,
-                       default_from: str | None = None) -> None:  # fmt: skip
-    """``--name`` (underscores as dashes, or ``flags[name]``) for every field of ``cls``: its
-    type, its default and its help. A boolean that defaults to False is a switch; one that
-    defaults to True is turned off by ``--no-name``. With ``default_from`` (say "the run's")
-    an option left out is absent from the namespace, so that source's value stands."""
+def add_config_options(
+    p: argparse.ArgumentParser,
+    cls: type[Config],
+    flags: dict[str, str | tuple[str, ...]] | None = None,
+    default_from: str | None = None,
+) -> None:
+    """``--name`` (underscores as dashes, or ``flags[name]``: one flag or several) for every
+    field of ``cls``: its type, its default and its help. A boolean that defaults to False is a
+    switch; one that defaults to True is turned off by ``--no-name``. With ``default_from``
+    (say "the run's") an option left out is absent from the namespace, so that source's value stands."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         flag = (flags or {}).get(f.name, "--" + f.name.replace("_", "-"))
+        names = flag if isinstance(flag, tuple) else (flag,)
         help_text, tp = f.metadata["help"], hints[f.name]
         if type(None) in typing.get_args(tp):  # Optional[X]: the option takes an X
             tp = next(a for a in typing.get_args(tp) if a is not type(None))
         if default_from is not None:
-            p.add_argument(flag, dest=f.name, type=_kind(tp), default=argparse.SUPPRESS,
-                           choices=_choices(tp), help=f"{help_text} (default: {default_from}; "
-                           f"{f.default!r} unless it records another)")  # fmt: skip
+            p.add_argument(
+                *names,
+                dest=f.name,
+                type=_kind(tp),
+                default=argparse.SUPPRESS,
+                choices=_choices(tp),
+                help=f"{help_text} (default: {default_from}; "
+                f"{f.default!r} unless it records another)",
+            )
             continue
         if tp is bool:
             off = f.default is True
             # absent unless given: the config's default stands, and help shows no "default"
-            p.add_argument("--no-" + flag[2:] if off else flag, dest=f.name,
-                           action="store_false" if off else "store_true",
-                           default=argparse.SUPPRESS,
-                           help=f"leave out {help_text}" if off else help_text)
-            continue  # fmt: skip
-        p.add_argument(flag, dest=f.name, type=_kind(tp), default=f.default,
-                       choices=_choices(tp), help=help_text)  # fmt: skip
+            p.add_argument(
+                "--no-" + flag[2:] if off else flag,
+                dest=f.name,
+                action="store_false" if off else "store_true",
+                default=argparse.SUPPRESS,
+                help=f"leave out {help_text}" if off else help_text,
+            )
+            continue
+        p.add_argument(
+            *names,
+            dest=f.name,
+            type=_kind(tp),
+            default=f.default,
+            choices=_choices(tp),
+            help=help_text,
+        )
 
 
 def _choices(tp: Any) -> tuple | None:

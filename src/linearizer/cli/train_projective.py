@@ -24,6 +24,10 @@ def register(kinds: argparse._SubParsersAction) -> None:
         "projective", help="globally projective model f = g^-1 A g (A^2 = A), or IGN"
     )
     add_train_options(p, "projective", "cpu")
-    p.add_argument("--baseline", choices=["ign"], default=None,
-                   help="train the IGN baseline instead (uses the preset PRESET-ign)")  # fmt: skip
+    p.add_argument(
+        "--baseline",
+        choices=["ign"],
+        default=None,
+        help="train the IGN baseline instead (uses the preset PRESET-ign)",
+    )
     p.set_defaults(func=run)

@@ -439,9 +439,14 @@ def unet_from_official(
 # Their ``sampling_method`` -> ours. Their one-step "rk" is a Simpson-averaged generator step,
 # not RK4 (our "rk4-authors"); their multi-step "rk" is true RK4 (our "rk4").
 SAMPLING = {"rk": "rk4-authors", "euler": "euler"}
-DATASETS = {"mnist": "mnist", "fashion": "fashion-mnist", "fashion_mnist": "fashion-mnist",
-            "fashion-mnist": "fashion-mnist", "fmnist": "fashion-mnist",
-            "celeba": "celeba"}  # fmt: skip
+DATASETS = {
+    "mnist": "mnist",
+    "fashion": "fashion-mnist",
+    "fashion_mnist": "fashion-mnist",
+    "fashion-mnist": "fashion-mnist",
+    "fmnist": "fashion-mnist",
+    "celeba": "celeba",
+}
 # What build_flow's paper network fixes rather than reads from the config.
 _FIXED = {"clamp": 5.0, "emb_mult": 4, "num_heads": 1}
 
@@ -605,9 +610,13 @@ def convert_official(
         return result
     source = {k: record[k] for k in ("source", "sha256", "zip_root")}
     save_checkpoint(
-        out_dir, 0, model.eval(), model_kind="flow", config=cfg.to_dict(),
+        out_dir,
+        0,
+        model.eval(),
+        model_kind="flow",
+        config=cfg.to_dict(),
         extra={"converted_from": source},
-    )  # fmt: skip
+    )
     write_json(out_dir / "official.json", record)
     run = {"kind": "flow", "status": "converted", "step": 0, "library_version": __version__}
     run |= {"source": record["source"], "sha256": record["sha256"]}

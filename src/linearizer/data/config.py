@@ -34,8 +34,11 @@ class DataConfig(Config):
         "synthetic-rgb (coloured strokes), photo-crops (crops of scikit-image's bundled photos), "
         "celeba (CelebA's layout under root, or celeba:PATH) or folder:PATH (any tree of PNG/JPEG)",
     )
-    root: str = option("", "folder with the dataset's own files, then its only source "
-                       "('' = the cache, then the package and download sources)")
+    root: str = option(
+        "",
+        "folder with the dataset's own files, then its only source "
+        "('' = the cache, then the package and download sources)",
+    )
     colour: Literal["auto", "rgb", "grey"] = option(
         "auto", "channels: auto (grey for the MNIST-like sets, RGB otherwise), rgb or grey"
     )

@@ -81,11 +81,7 @@ def save_grid(
 
 
 def save_strip(
-    images,
-    path: str | os.PathLike,
-    padding: int = 2,
-    pad_value: float = 1.0,
-    scale: int = 1,
+    images, path: str | os.PathLike, padding: int = 2, pad_value: float = 1.0, scale: int = 1
 ) -> Image.Image:
     """Write ``images`` side by side in one row (inversions, interpolations) as a PNG."""
     return save_grid(images, path, len(_as_array(images)), padding, pad_value, scale)

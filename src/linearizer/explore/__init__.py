@@ -13,11 +13,4 @@ from .images import MAX_UPLOAD_BYTES, MAX_UPLOAD_PIXELS
 from .loading import open_run
 from .session import Explorer
 
-__all__ = [
-    "Explorer",
-    "MAX_UPLOAD_BYTES",
-    "MAX_UPLOAD_PIXELS",
-    "build_app",
-    "launch",
-    "open_run",
-]
+__all__ = ["Explorer", "MAX_UPLOAD_BYTES", "MAX_UPLOAD_PIXELS", "build_app", "launch", "open_run"]

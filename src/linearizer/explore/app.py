@@ -144,10 +144,12 @@ def _image_class(gr: Any, f: FlowViews) -> list[Any]:
     if not f.classes:
         return []
     first = str(f.first.spec.label)
-    label = gr.Dropdown(f.class_choices[1:], value=first, label="the image's class",
-                        elem_id="invert-class")  # fmt: skip
-    swap = gr.Dropdown([ALL, *f.class_choices[1:]], value=ALL, label="swap to class",
-                       elem_id="swap-class")  # fmt: skip
+    label = gr.Dropdown(
+        f.class_choices[1:], value=first, label="the image's class", elem_id="invert-class"
+    )
+    swap = gr.Dropdown(
+        [ALL, *f.class_choices[1:]], value=ALL, label="swap to class", elem_id="swap-class"
+    )
     return [label, swap]
 
 
@@ -232,8 +234,17 @@ def _invert_tab(gr: Any, ex: Explorer) -> None:
             seen = _image(gr, "input x as the model sees it", elem_id="invert-input")
             noise = _image(gr, "its noise x0 = g_noise⁻¹(B⁻¹ g_data(x))")
             again = _image(gr, "regenerated f(x0)")
-        swapped = [_image(gr, "x, then its noise drawn as each class: g_data⁻¹(B_t B_c⁻¹ "
-                          "g_data(x))", elem_id="swap-strip")] if classes else []  # fmt: skip
+        swapped = (
+            [
+                _image(
+                    gr,
+                    "x, then its noise drawn as each class: g_data⁻¹(B_t B_c⁻¹ g_data(x))",
+                    elem_id="swap-strip",
+                )
+            ]
+            if classes
+            else []
+        )
         text = gr.Markdown(elem_id="invert-text")
         label = classes[0] if classes else None
 
@@ -268,9 +279,14 @@ def _invert_tab(gr: Any, ex: Explorer) -> None:
         text2 = gr.Markdown()
 
         def interpolate(
-            drawing: Any, file: Any, seed: float, other: Any, seed_b: float, frames: float,
+            drawing: Any,
+            file: Any,
+            seed: float,
+            other: Any,
+            seed_b: float,
+            frames: float,
             c: Any = None,
-        ) -> tuple:  # fmt: skip
+        ) -> tuple:
             a = pick_picture(file, drawing)
             a = f.sample_picture(int(seed or 0), c) if a is None else a
             b = pick_picture(other, None)
@@ -332,10 +348,7 @@ def _project_tab(gr: Any, ex: Explorer) -> None:
                 return p.restore(picked(drawing, file, seed), task, int(seed or 0))
 
             fix.click(
-                guarded(restore, 1),
-                [draw, upload, seed, task],
-                [strip, text2],
-                api_name="restore",
+                guarded(restore, 1), [draw, upload, seed, task], [strip, text2], api_name="restore"
             )
 
 

@@ -47,8 +47,10 @@ MAX_FRAMES = 16
 MIXTURE = "mixture"  # the class picker's choice of classes drawn from the training frequencies
 ALL = "all"  # the swap picker's choice of every class
 MAX_GUIDANCE = 4.0  # the guidance slider's range is 0..MAX_GUIDANCE
-NOT_EXACT = ("**(not exact: this picture lies far from the training digits, where B^-1 and the "
-             "noise side amplify rounding)**")  # fmt: skip
+NOT_EXACT = (
+    "**(not exact: this picture lies far from the training digits, where B^-1 and the "
+    "noise side amplify rounding)**"
+)
 
 
 def _db(psnr: float) -> str:
@@ -80,19 +82,16 @@ class FlowViews:
     """
 
     def __init__(
-        self,
-        model: OneStepFlow,
-        spec: SamplerSpec | None = None,
-        *,
-        k: int = 6,
-        n_scale: int = 256,
+        self, model: OneStepFlow, spec: SamplerSpec | None = None, *, k: int = 6, n_scale: int = 256
     ) -> None:
         if next(model.parameters()).dtype != F64:
             # the networks in float64 too, as the commands run them for a float64 spec: B^-1
             # (condition number up to ~1e4) amplifies float32 rounding of g_data(x) past use
             model = copy.deepcopy(model).double()
         self.model = model
-        self.classes = int(getattr(model, "classes", 0))
+        # a mixture's components are picked like a conditional model's classes
+        components = int(getattr(model, "components", 1))
+        self.classes = components if components > 1 else 0
         self.spec = sample_spec(spec, dtype="float64")
         self.walk_spec = self.spec.invertible()
         self.shape = model.image_shape
@@ -143,8 +142,10 @@ class FlowViews:
             raise LinearizerError("this run is not class-conditional: it has no class to pick")
         if isinstance(value, str) and value.strip().lower() == MIXTURE:
             if not mixture:
-                raise LinearizerError(f"this needs one class's B: pick the image's class "
-                                      f"(0..{self.classes - 1}), not the mixture")  # fmt: skip
+                raise LinearizerError(
+                    f"this needs one class's B: pick the image's class "
+                    f"(0..{self.classes - 1}), not the mixture"
+                )
             return None
         return self._class_index(value)
 
@@ -154,11 +155,13 @@ class FlowViews:
         except ValueError:
             c = None
         if c is None:
-            raise LinearizerError(f"class must be '{MIXTURE}' or 0..{self.classes - 1}, "
-                                  f"got {value!r}")  # fmt: skip
+            raise LinearizerError(
+                f"class must be '{MIXTURE}' or 0..{self.classes - 1}, got {value!r}"
+            )
         if not 0 <= c < self.classes:
-            raise LinearizerError(f"class {c} is out of range: the model has classes "
-                                  f"0..{self.classes - 1}")  # fmt: skip
+            raise LinearizerError(
+                f"class {c} is out of range: the model has classes 0..{self.classes - 1}"
+            )
         return c
 
     def parse_guidance(self, value: float | None) -> float:
@@ -225,8 +228,11 @@ class FlowViews:
         spec = self.spec.replace(steps=steps, method=method, label=c, guidance=w)
         x0 = self._x0(seed, count)
         labels = self._drawn(seed, count) if self.classes and c is None else None
-        per_class = [spec] if labels is None else [
-            spec.replace(label=int(v)) for v in labels.unique().tolist()]  # fmt: skip
+        per_class = (
+            [spec]
+            if labels is None
+            else [spec.replace(label=int(v)) for v in labels.unique().tolist()]
+        )
         t0 = time.perf_counter()
         cached = all(self.model.is_cached(s) for s in per_class)
         for s in per_class:
@@ -239,9 +245,15 @@ class FlowViews:
         psnr = psnr_from_mse(float(((one.clamp(0, 1) - multi.clamp(0, 1)).double() ** 2).mean()))
         gap = float((one - multi).abs().max())
         collapse = "cached" if cached else f"collapsed in {1e3 * (t1 - t0):.0f} ms, now cached"
-        mixture = "" if labels is None else (
-            f" A mixture: classes {', '.join(map(str, labels.tolist()))} drawn from the training "
-            f"frequencies, each sample through its class's exact generator.")  # fmt: skip
+        mixture = (
+            ""
+            if labels is None
+            else (
+                f" A mixture: classes {', '.join(map(str, labels.tolist()))} drawn from the "
+                f"training "
+                f"frequencies, each sample through its class's exact generator."
+            )
+        )
         text = (
             f"**{spec.describe()}**, temperature {spec.temperature:g}, {count} samples, "
             f"seed {seed}.{mixture} One step (B {collapse}): "
@@ -298,11 +310,7 @@ class FlowViews:
 
     @torch.no_grad()
     def walk_latents(
-        self,
-        seed: int,
-        c: Tensor,
-        label: int | str | None = None,
-        guidance: float | None = None,
+        self, seed: int, c: Tensor, label: int | str | None = None, guidance: float | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Data latents of the walk: ``B (z0 + sum_i c_i s_i v_i)``, ``B z0``, and the induced
         combination ``B z0 + sum_i c_i s_i sigma_i u_i`` (equal to the first up to rounding)."""
@@ -346,12 +354,17 @@ class FlowViews:
         swap) and a line with the round trip back to ``label``."""
         basis = self._inversion_basis(label)
         source = basis.spec.label
-        targets = list(range(self.classes)) if str(to).strip().lower() == ALL else [
-            self._class_index(to)]  # fmt: skip
+        targets = (
+            list(range(self.classes)) if str(to).strip().lower() == ALL else [self._class_index(to)]
+        )
         x1 = self.model_input(array)
         swapped = [self.model.swap(x1, basis.spec, t) for t in targets]
-        back = torch.cat([self.model.swap(y, basis.spec.replace(label=t), source)
-                          for y, t in zip(swapped, targets)])  # fmt: skip
+        back = torch.cat(
+            [
+                self.model.swap(y, basis.spec.replace(label=t), source)
+                for y, t in zip(swapped, targets)
+            ]
+        )
         x = x1.expand(len(targets), *x1.shape[1:])
         worst = min(psnr_per_image(x, back))
         note = round_trip_note(x, back)
@@ -365,11 +378,7 @@ class FlowViews:
 
     @torch.no_grad()
     def interpolate(
-        self,
-        first: np.ndarray,
-        second: np.ndarray,
-        frames: int = 8,
-        label: int | str | None = None,
+        self, first: np.ndarray, second: np.ndarray, frames: int = 8, label: int | str | None = None
     ) -> tuple[np.ndarray, np.ndarray, str]:
         """``frames`` images from one picture to another: along the straight line between their
         inverted noises, and along the straight line in the data network's induced space (a

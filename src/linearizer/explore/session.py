@@ -32,13 +32,7 @@ class Explorer:
     the page calls the run (default: its folder)."""
 
     def __init__(
-        self,
-        run: Any,
-        *,
-        k: int = 6,
-        spec: Any = None,
-        index: Any = None,
-        name: str | None = None,
+        self, run: Any, *, k: int = 6, spec: Any = None, index: Any = None, name: str | None = None
     ) -> None:
         self.run = run
         self.name = str(name or run.path)

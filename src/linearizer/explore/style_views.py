@@ -2,7 +2,7 @@
 
 A :class:`~linearizer.style.bank.StyleBank` mixes in the induced space,
 ``g_y^-1((a sum_s w_s A_s + (1 - a) I) g_x(x))``: weights ``w`` and strength ``a`` are sliders.
-An :class:`~linearizer.style.bank.IndexStyleNet` (the authors' design) takes a real style index
+An :class:`~linearizer.style.index_net.IndexStyleNet` (the authors' design) takes a real style index
 ``t`` instead; both show every pure style of the run beside the result.
 """
 
@@ -15,8 +15,10 @@ import torch
 from torch import Tensor
 
 from ..errors import LinearizerError
-from ..style.bank import IndexStyleNet, StyleBank, StyleModel
+from ..style.bank import StyleBank
 from ..style.images import image_name, load_image
+from ..style.index_net import IndexStyleNet
+from ..style.model import StyleModel
 from .images import picture, to_model_image
 
 

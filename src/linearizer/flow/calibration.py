@@ -49,7 +49,14 @@ from ..errors import LinearizerError
 from ..io import load_tensors, read_json, save_tensors, write_json
 from . import factored
 from .spec import SamplerSpec
-from .transport import STATS, LatentTransport, TransportOptions, VectorFlow, fit_transport
+from .transport import (
+    STATS,
+    LatentTransport,
+    TransportOptions,
+    VectorFlow,
+    fit_transport,
+    sym_power,
+)
 
 F64 = torch.float64
 FILE, META = "calibration.safetensors", "calibration.json"
@@ -73,8 +80,9 @@ class FitOptions(Config):
 
     def validate(self) -> None:
         if self.n < 2 or self.batch < 1:
-            raise LinearizerError(f"a calibration needs n >= 2 and batch >= 1, got {self.n} and "
-                                  f"{self.batch}")  # fmt: skip
+            raise LinearizerError(
+                f"a calibration needs n >= 2 and batch >= 1, got {self.n} and {self.batch}"
+            )
         if self.transport_steps < 0:
             raise LinearizerError(f"transport steps must be >= 0, got {self.transport_steps}")
 
@@ -84,8 +92,9 @@ class FitOptions(Config):
         predates the transport's :class:`~linearizer.flow.transport.Mixing` layers; one with
         flat ``steps``/``method``/``final``/``temperature`` predates :class:`SamplerSpec`."""
         record = {"transport_mixing": False, **record}
-        flat = {k: record.pop(k) for k in ("steps", "method", "final", "temperature")
-                if k in record}  # fmt: skip
+        flat = {
+            k: record.pop(k) for k in ("steps", "method", "final", "temperature") if k in record
+        }
         sampler = SamplerSpec.from_dict({**record.pop("sampler", {}), **flat})
         return cls(sampler=sampler, **record)
 
@@ -93,9 +102,13 @@ class FitOptions(Config):
         """The latent transport's options (:mod:`linearizer.flow.transport`); None: no transport."""
         if self.transport_steps <= 0:
             return None
-        return TransportOptions(steps=self.transport_steps, blocks=self.transport_blocks,
-                                hidden=self.transport_hidden, mixing=self.transport_mixing,
-                                seed=self.seed)  # fmt: skip
+        return TransportOptions(
+            steps=self.transport_steps,
+            blocks=self.transport_blocks,
+            hidden=self.transport_hidden,
+            mixing=self.transport_mixing,
+            seed=self.seed,
+        )
 
 
 @dataclass(frozen=True)
@@ -150,9 +163,11 @@ class LatentCalibration:
                 f"--steps {spec.steps} --method {spec.method} --final {spec.final})"
             )
         if spec.maps == "transport" and self.transport is None:
-            raise LinearizerError("the run's latent calibration has no transport: --maps "
-                                  "calibration, or refit with linearizer calibrate RUN "
-                                  "--transport-steps N")  # fmt: skip
+            raise LinearizerError(
+                "the run's latent calibration has no transport: --maps "
+                "calibration, or refit with linearizer calibrate RUN "
+                "--transport-steps N"
+            )
 
     def _parts(self, like: Tensor) -> tuple[Tensor, Tensor]:
         q = self.basis.to(like.dtype).to(like.device)
@@ -183,11 +198,6 @@ class LatentCalibration:
         return float(e[0]), float(e[-1])
 
 
-def _sqrtm(c: Tensor) -> Tensor:
-    e, v = torch.linalg.eigh(c)
-    return (v * e.clamp_min(0).sqrt()) @ v.T
-
-
 def gaussian_transport(source: Tensor, target: Tensor) -> Tensor:
     """The symmetric ``M`` with ``M source M = target`` (covariances ``[k, k]``, ``source``
     positive definite): the optimal-transport map between the two centred Gaussians.
@@ -203,7 +213,7 @@ def gaussian_transport(source: Tensor, target: Tensor) -> Tensor:
         )
     root = (v * e.sqrt()) @ v.T
     inv_root = (v * e.rsqrt()) @ v.T
-    m = inv_root @ _sqrtm(root @ target @ root) @ inv_root
+    m = inv_root @ sym_power(root @ target @ root, 0.5, floor=0.0) @ inv_root
     return (m + m.T) / 2
 
 
@@ -232,14 +242,17 @@ def fit_calibration(
     Work is in float64; the model is left as it was.
     """
     opts = opts or FitOptions(**kw)
-    if getattr(model, "classes", 0):
-        raise LinearizerError("latent maps are not fitted for class-conditional models: they "
-                              "sample the trained map alone (--maps none)")  # fmt: skip
+    if getattr(model, "components", 1) > 1:
+        raise LinearizerError(
+            "latent maps are not fitted for class-conditional models or other mixtures: they "
+            "sample the trained map alone (--maps none)"
+        )
     spec = opts.sampler
     model.check_images(images[:1], "training images")
     param = next(model.parameters())
-    b = factored.one_step(model.op, steps=spec.steps, method=spec.method, final=spec.final,
-                          dtype=F64)  # fmt: skip
+    b = factored.one_step(
+        model.op, steps=spec.steps, method=spec.method, final=spec.final, dtype=F64
+    )
     q = _range_basis(b, int(getattr(model.op, "rank", model.dim)))
     gen = torch.Generator().manual_seed(opts.seed)
     noise = spec.temperature * torch.randn(opts.n, *model.image_shape, generator=gen)
@@ -259,8 +272,9 @@ def fit_calibration(
     core = gaussian_transport(torch.cov(samples.T), torch.cov(data.T))
     transport = None
     if everything is not None:
-        transport = fit_transport(q.cpu(), (samples @ core).cpu(), everything.cpu(),
-                                  opts.transport())  # fmt: skip
+        transport = fit_transport(
+            q.cpu(), (samples @ core).cpu(), everything.cpu(), opts.transport()
+        )
     return LatentCalibration(q.cpu(), core.cpu(), _fitted_for(spec), transport)
 
 
@@ -277,8 +291,10 @@ def save_calibration(
     for section, cal in fits.items():
         tensors.update(to_tensors(cal, f"{section}."))
     path = save_tensors(run_dir / FILE, tensors)
-    write_json(run_dir / META, {"format": FORMAT, "step": int(step),
-                                "sections": sorted(fits), "fit": asdict(opts)})  # fmt: skip
+    write_json(
+        run_dir / META,
+        {"format": FORMAT, "step": int(step), "sections": sorted(fits), "fit": asdict(opts)},
+    )
     return path
 
 
@@ -335,8 +351,10 @@ def from_tensors(tensors: dict[str, Tensor], prefix: str, fit: FitOptions) -> La
         try:
             transport.load_state_dict(state)
         except RuntimeError as e:
-            raise LinearizerError(f"the stored latent transport does not match its options: "
-                                  f"{str(e).strip().splitlines()[0]}") from None  # fmt: skip
+            raise LinearizerError(
+                f"the stored latent transport does not match its options: "
+                f"{str(e).strip().splitlines()[0]}"
+            ) from None
         transport.requires_grad_(False).eval()
     return LatentCalibration(basis, core, _fitted_for(fit.sampler), transport)
 
@@ -344,8 +362,9 @@ def from_tensors(tensors: dict[str, Tensor], prefix: str, fit: FitOptions) -> La
 def _fitted_for(spec: SamplerSpec) -> SamplerSpec:
     """What a calibration records of the spec it was fitted with: its schedule and
     temperature (the dtype and the maps asked for are the caller's)."""
-    return SamplerSpec(steps=spec.steps, method=spec.method, final=spec.final,
-                       temperature=spec.temperature)  # fmt: skip
+    return SamplerSpec(
+        steps=spec.steps, method=spec.method, final=spec.final, temperature=spec.temperature
+    )
 
 
 def calibration_info(run_dir: str | Path) -> dict[str, Any] | None:

@@ -12,6 +12,11 @@ the class mixture, and measures:
 
 Every row names its full :class:`~linearizer.flow.spec.SamplerSpec`; the trained map alone is
 the only sampler a conditional model has (no post-hoc maps are fitted for it).
+
+The sweep's ``recommended_guidance`` is the smallest ``w`` at which every class reaches
+:data:`THRESHOLD` LeNet accuracy (:func:`recommended_guidance`), chosen on the LeNet alone so
+that the judge still reports it; :func:`write_guidance` records it in the run folder, where the
+flow commands take it for ``--class`` given without ``--guidance``.
 """
 
 from __future__ import annotations
@@ -28,12 +33,28 @@ from ..errors import LinearizerError
 from ..io import write_json, write_text
 from ..metrics.classifier import lenet_view, load_classifier, predict_logits
 from ..report import markdown_table, new_figure, save_figure
+from ..training.runs import GUIDANCE_FILE
 from . import evaluate
 from .evaluate import EvalOptions, Progress, Reference, draw_samples
 from .model import OneStepFlow
 from .spec import SamplerSpec
 
 GUIDANCE = (0.0, 0.5, 1.0, 2.0, 4.0)
+# The recommended guidance: chosen on the LeNet, so the held-out judge can still report it.
+THRESHOLD = 0.97
+
+
+def guidance_rule(threshold: float = THRESHOLD) -> str:
+    """The rule of :func:`recommended_guidance` in words.
+
+    >>> guidance_rule()[:56]
+    'the smallest w at which every class reaches LeNet accura'
+    """
+    return (
+        f"the smallest w at which every class reaches LeNet accuracy >= {threshold:g} (the share "
+        "of samples that the LeNet classifies as the class asked for); chosen on the LeNet, "
+        "reported on the held-out judge"
+    )
 
 
 def class_accuracy(predicted: Tensor, labels: Tensor, classes: int) -> list[float]:
@@ -47,6 +68,33 @@ def class_accuracy(predicted: Tensor, labels: Tensor, classes: int) -> list[floa
         rows = labels == c
         out.append(float((predicted[rows] == c).double().mean()) if rows.any() else float("nan"))
     return out
+
+
+def recommended_guidance(rows: Sequence[dict], threshold: float = THRESHOLD) -> float | None:
+    """The smallest ``w`` among the sweep's rows whose ``lenet_accuracy_min`` is at least
+    ``threshold`` (None if no row reaches it); a row names its weight by ``w`` or its spec.
+
+    >>> rows = [{"w": 0.0, "lenet_accuracy_min": 0.83}, {"w": 1.0, "lenet_accuracy_min": 0.98},
+    ...         {"w": 0.5, "lenet_accuracy_min": 0.97}]
+    >>> recommended_guidance(rows)
+    0.5
+    >>> recommended_guidance(rows, threshold=0.99) is None
+    True
+    """
+    passing = [_weight(r) for r in rows if r["lenet_accuracy_min"] >= threshold]
+    return min(passing) if passing else None
+
+
+def _weight(row: dict) -> float:
+    return float(row["w"] if "w" in row else row["spec"]["guidance"])
+
+
+def write_guidance(folder: str | Path, results: dict, source: str) -> Path:
+    """The sweep's recommended guidance as the run folder's ``guidance.json``
+    (:data:`~linearizer.training.runs.GUIDANCE_FILE`): what ``load_run`` reads back, and the
+    flow commands use when ``--class`` is given without ``--guidance``."""
+    record = {**results["recommended_guidance"], "source": source, "n": results["n"]}
+    return write_json(Path(folder) / GUIDANCE_FILE, record)
 
 
 def guidance_sweep(
@@ -80,23 +128,37 @@ def guidance_sweep(
         seconds = time.perf_counter() - start
         measured = ref.measure(images)
         view = lenet_view(images)
-        lenet_acc = class_accuracy(predict_logits(ref.classifier, view).argmax(1), labels,
-                                   model.classes)  # fmt: skip
-        judge_acc = class_accuracy(predict_logits(ref.judge, view).argmax(1), labels,
-                                   model.classes)  # fmt: skip
+        lenet_acc = class_accuracy(
+            predict_logits(ref.classifier, view).argmax(1), labels, model.classes
+        )
+        judge_acc = class_accuracy(predict_logits(ref.judge, view).argmax(1), labels, model.classes)
         name = f"w={w:g}"
-        rows.append({"name": name, "what": f"class mixture, {row_spec.describe()}",
-                     "spec": row_spec.to_dict(), "sample_seconds": seconds, **measured,
-                     "lenet_accuracy": lenet_acc, "judge_accuracy": judge_acc,
-                     "lenet_accuracy_mean": _mean(lenet_acc),
-                     "lenet_accuracy_min": min(lenet_acc),
-                     "judge_accuracy_mean": _mean(judge_acc),
-                     "judge_accuracy_min": min(judge_acc)})  # fmt: skip
-        grids[name] = model.sample(grid_noise.to(noise.dtype), row_spec,
-                                   labels=grid_labels).float().cpu()  # fmt: skip
-    results = {"n": opts.n, "classes": model.classes,
-               "class_prior": model.class_prior.double().tolist(), "options": asdict(opts),
-               "rows": rows}  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "what": f"class mixture, {row_spec.describe()}",
+                "spec": row_spec.to_dict(),
+                "sample_seconds": seconds,
+                **measured,
+                "lenet_accuracy": lenet_acc,
+                "judge_accuracy": judge_acc,
+                "lenet_accuracy_mean": _mean(lenet_acc),
+                "lenet_accuracy_min": min(lenet_acc),
+                "judge_accuracy_mean": _mean(judge_acc),
+                "judge_accuracy_min": min(judge_acc),
+            }
+        )
+        grids[name] = (
+            model.sample(grid_noise.to(noise.dtype), row_spec, labels=grid_labels).float().cpu()
+        )
+    results = {
+        "n": opts.n,
+        "classes": model.classes,
+        "class_prior": model.class_prior.double().tolist(),
+        "options": asdict(opts),
+        "rows": rows,
+        "recommended_guidance": {"w": recommended_guidance(rows), "rule": guidance_rule()},
+    }
     return results, grids
 
 
@@ -117,13 +179,29 @@ def results_tables(results: dict) -> str:
         for who in ACCURACY:
             cells.append(f"{row[who + '_accuracy_mean']:.3f} / {row[who + '_accuracy_min']:.3f}")
         sweep.append([f"{row['name']}: {row['what']}", *cells])
-    per_class = [[row["name"], *(f"{a:.3f} / {b:.3f}" for a, b in zip(
-        row["lenet_accuracy"], row["judge_accuracy"], strict=True))]
-        for row in results["rows"]]  # fmt: skip
-    return "\n".join([
-        markdown_table(["sampler", *(c[0] for c in COLUMNS), *ACCURACY.values()], sweep), "",
-        "Per class, the share of samples classified as the class asked for (LeNet / judge):", "",
-        markdown_table(["w", *range(results["classes"])], per_class)]) + "\n"  # fmt: skip
+    per_class = [
+        [
+            row["name"],
+            *(
+                f"{a:.3f} / {b:.3f}"
+                for a, b in zip(row["lenet_accuracy"], row["judge_accuracy"], strict=True)
+            ),
+        ]
+        for row in results["rows"]
+    ]
+    return (
+        "\n".join(
+            [
+                markdown_table(["sampler", *(c[0] for c in COLUMNS), *ACCURACY.values()], sweep),
+                "",
+                "Per class, the share of samples classified as the class asked for (LeNet / "
+                "judge):",
+                "",
+                markdown_table(["w", *range(results["classes"])], per_class),
+            ]
+        )
+        + "\n"
+    )
 
 
 def sweep_figure(results: dict, path: Path) -> Path:

@@ -3,10 +3,10 @@
 Presets:
 
 * ``smoke`` — a few seconds, for tests and CI: tiny network, synthetic-size batches.
-* ``cpu`` — MNIST on 2 CPU cores, 8,000 steps (25 to 30 minutes in all): the small CNN
+* ``cpu`` — MNIST on 2 CPU cores, 8,000 steps: the small CNN
   conditioners (1 block, 16 channels) behind a logit on the data side, two fully connected
   blocks, bounded shifts and linear logit tails, and a rank-64 operator whose factors are
-  built once per shared time (16 per batch); see docs/flow.md.
+  built once per shared time (16 per batch); docs/flow.md has its measured time and quality.
 * ``cpu-cond`` — the ``cpu`` preset with a class-conditional operator (docs/conditional.md).
 * ``paper`` — the authors' MNIST configuration (4 blocks of the invertible U-Net with 16
   channels, rank 8, batch 256, Adam 1e-4, 201 epochs = 47,000 steps), for GPUs.
@@ -55,10 +55,17 @@ class FlowModelConfig(Config):
         0, "A(t)'s factors as a t-dependent mix of this many learned matrices (0: plain heads)"
     )
     conditional: bool = option(
-        False, "class-conditional operator A(t, c): a learned class embedding added to the "
-        "hypernetworks' time embedding; g stays shared by all classes (docs/conditional.md)"
+        False,
+        "class-conditional operator A(t, c): a learned class embedding added to the "
+        "hypernetworks' time embedding; g stays shared by all classes (docs/conditional.md)",
     )
     classes: int = option(10, "number of classes of a conditional run (labels 0..classes-1)")
+    components: int = option(
+        1,
+        "K components of the data found without labels, one operator A(t, k) each over the "
+        "shared g: the sampler is a mixture of K exact linear generators (1: one generator; "
+        "docs/mixture.md)",
+    )
 
     def validate(self) -> None:
         super().validate()
@@ -72,6 +79,13 @@ class FlowModelConfig(Config):
             raise LinearizerError(f"config key 'lora_basis' must be >= 0, got {self.lora_basis}")
         if self.conditional and self.classes < 2:
             raise LinearizerError(f"config key 'classes' must be >= 2, got {self.classes}")
+        if self.components < 1:
+            raise LinearizerError(f"config key 'components' must be >= 1, got {self.components}")
+        if self.conditional and self.components > 1:
+            raise LinearizerError(
+                "conditional=true and components > 1 exclude each other: a class-conditional "
+                "model's components are its classes"
+            )
 
     def model_config(self) -> FlowModelConfig:
         """The model's part alone (a :class:`FlowConfig` drops its data and training keys)."""
@@ -102,13 +116,20 @@ class FlowConfig(FlowModelConfig, TrainConfig):
         "A(t)'s factors are then built this many times per step, so a large rank costs little",
     )
     sampler: SamplerSpec = option(
-        SamplerSpec(), "the run's sampler: linearizer sample, evaluate, invert, explore and the "
-        "training grids use it unless told otherwise (flow.spec)"
+        SamplerSpec(),
+        "the run's sampler: linearizer sample, evaluate, invert, explore and the "
+        "training grids use it unless told otherwise (flow.spec)",
     )
     n_samples: int = option(64, "images in the sample grids saved during training")
+    component_features: Literal["pixels", "latent"] = option(
+        "pixels",
+        "where components=K finds its components before training, by k-means: the images' "
+        "pixels, or the data-side latents of init_from's network (flow.components)",
+    )
     class_dropout: float = option(
-        0.1, "fraction of a conditional run's rows trained with the null class, for "
-        "classifier-free guidance"
+        0.1,
+        "fraction of a conditional run's rows trained with the null class, for "
+        "classifier-free guidance",
     )
 
     calibration_samples: int = option(
@@ -137,14 +158,28 @@ class FlowConfig(FlowModelConfig, TrainConfig):
                 f"config key 'transport_steps' must be 0, or >= 1 with calibration_samples > 0, "
                 f"got {self.transport_steps}"
             )
+        if self.component_features == "latent" and self.components > 1 and not self.init_from:
+            raise LinearizerError(
+                "component_features=latent reads the data-side latents of init_from's network: "
+                "set init_from=RUN or pretrained:NAME, or use component_features=pixels"
+            )
         if self.conditional:
             if not 0.0 <= self.class_dropout < 1.0:
-                raise LinearizerError(f"config key 'class_dropout' must lie in [0, 1), got "
-                                      f"{self.class_dropout}")  # fmt: skip
+                raise LinearizerError(
+                    f"config key 'class_dropout' must lie in [0, 1), got {self.class_dropout}"
+                )
             if self.calibration_samples:
-                raise LinearizerError("conditional=true samples the trained map alone: use "
-                                      "--preset cpu-cond, or set calibration_samples=0 "
-                                      "transport_steps=0 finish_minutes=0")  # fmt: skip
+                raise LinearizerError(
+                    "conditional=true samples the trained map alone: use "
+                    "--preset cpu-cond, or set calibration_samples=0 "
+                    "transport_steps=0 finish_minutes=0"
+                )
+        if self.components > 1 and self.calibration_samples:
+            raise LinearizerError(
+                "components > 1 samples the trained map alone: set calibration_samples=0 "
+                "transport_steps=0 finish_minutes=0"
+            )
+
 
 SMOKE = FlowConfig(
     data=DataConfig(dataset="synthetic"),
@@ -178,41 +213,30 @@ CPU_TRAINING = {
     "threads": 2,
 }
 
-# A fixed step count, so the model does not depend on the machine's speed: under the former
-# wall-clock budget (22 minutes of steps) machines of the same kind made 3,078 to 5,663 steps
-# (2.3 to 4.3 steps/s) and models as different. One convolutional coupling block with
-# 16-channel conditioners (2026-12-05; two 32-channel blocks before) makes 1.94x the steps/s,
-# so the same minutes buy 8,000 steps instead of 4,000; at equal time, two seeds per side,
-# the trained map alone scored 156.0 / 69.8 (FID (LeNet) / FID (judge)) against 163.4 / 88.7
-# (BENCHMARKS.md §1). max_minutes=45 is only a cap (a machine at 3.2 steps/s, half of
-# this one's on a good hour, still finishes); the last 3 minutes of it are kept for the fit
-# after the steps. Two threads: on 2 idle cores they made 59 % more steps than one (a second
-# thread only loses on a machine other jobs share; there, --set threads=1). Rank 64 beat
-# rank 16 at 25 minutes once time_groups made it as cheap per step; the edge loss won at 4
-# minutes but lost at 25. The data-side logit removes the speckle of the authors' T = 100 grid
-# (FID (LeNet) 377.6 -> 263.5); two fully connected coupling blocks give g whole-image context,
-# and a 16-matrix basis keeps the weights under 10 MB: 244.3 -> 158.0 with the default sampler
-# (docs/flow/ablation.md). Its samples come out under-dispersed: the default sampler's B
-# carries about 11 of its 64 directions. When training ends, the latent calibration
-# (flow.calibration) gives the samples the training latents' covariance in B's range: on two
-# 25-minute runs 145.9 -> 130.8 and 155.1 -> 136.7, the rarest class 4.6 -> 5.8 % and
-# 2.7 -> 6.4 %. A fixed temperature (1.34, fitted on one run) did not carry over to the next
-# run (181.2, 1s at 0.7 %), so the preset samples at tau = 1. K fixes the covariance but not the
-# shape: the samples' 64 coordinates come out Gaussian, the data's are a mixture, and confidence
-# stayed at 0.87-0.88. The latent transport (flow.transport, a coupling flow on those
-# coordinates fitted to the training latents, fitted after K) takes three 25-minute runs to
-# 74.8 / 64.9 / 72.3, confidence 0.919 / 0.923 / 0.920, every class >= 7.2 %. A learned linear
-# mixing after each of its couplings (12 x 192 instead of 8 x 256, the same size) takes
-# pretrained:mnist from 45.7 to 28.9. The last 3 of the 25 minutes are kept for the fit of the
-# EMA weights' calibration and transport (finish_minutes), so a run takes 25 minutes in all:
-# 49.1, confidence 0.937, every class >= 8.0 % on the reference run.
-# Bounded shifts and linear logit tails (2026-12-04): the same quality at 4,000 steps on
-# FID (LeNet), 154.7 against 153.5 with the trained map alone, and every exact path of
-# docs/flow/roundtrip.md §8 within float32's tolerance off the data but the noise side at
-# negated latents (invert >= 99 dB on uniform noise, where the unbounded network made 59.9).
+# The cpu preset: the paper's one-step model sized for 2 CPU cores.
+# - A fixed step count (lr_clock=steps), so the model does not depend on the machine's speed;
+#   max_minutes is only a cap, and its last finish_minutes are kept for the fit after the steps.
+# - One convolutional coupling block with 16-channel conditioners: small convolutions are the
+#   slowest work per value on a CPU, so one block keeps local detail and two fully connected
+#   coupling blocks (a few large matrix products) give g whole-image context.
+# - A fixed logit on the data side against speckle on coarse grids; bounded shifts and linear
+#   logit tails so that every exact path (invert, round trips) holds far from the data.
+# - Rank 64 from a 16-matrix basis, with 16 shared times per batch: as cheap per step as rank
+#   16, and the float16 weights stay under 10 MB.
+# - Two threads; on a machine other jobs share, --set threads=1 trains faster.
+# - When the steps end, the post-hoc latent calibration and transport are fitted for the EMA
+#   weights; a sampler applies them only when asked by name.
+# What each choice measured: docs/flow.md, docs/flow/ablation.md and BENCHMARKS.md section 1.
 CPU = FlowConfig(
-    network=NetworkConfig(blocks=1, hidden=16, flag_actnorm=True, logit=0.05, dense_blocks=2,
-                          shift_bound=16.0, logit_tails="linear"),  # fmt: skip
+    network=NetworkConfig(
+        blocks=1,
+        hidden=16,
+        flag_actnorm=True,
+        logit=0.05,
+        dense_blocks=2,
+        shift_bound=16.0,
+        logit_tails="linear",
+    ),
     rank=64,
     lora_basis=16,
     time_groups=16,
@@ -228,16 +252,23 @@ CPU = FlowConfig(
 )
 
 # The cpu preset with the class-conditional operator and without the post-hoc fit (conditional
-# runs sample the trained map alone), so the time of the fit trains instead: 5,000 steps, about
-# 24 to 30 minutes at the 2.8 to 3.45 steps/s these machines make. Its network is the one its
-# reference run measured: the cpu preset's before 2026-12-05 (2 convolutional blocks of 32
-# channels; the cpu preset's faster network is not measured on the conditional model), with
-# bounded shifts and linear tails, so invert holds off the data (docs/conditional.md).
+# runs sample the trained map alone), so the time of the fit trains instead. Its network is
+# the one its reference run measured, two convolutional blocks of 32 channels (the cpu
+# preset's one 16-channel block is not measured on the conditional model), with bounded shifts
+# and linear tails so that invert holds off the data (docs/conditional.md).
 CPU_COND = apply_overrides(
     CPU,
     # a grid collapses one B per class (about 4 s each here), so grids come less often
-    ["conditional=true", "calibration_samples=0", "transport_steps=0", "finish_minutes=0",
-     "max_steps=5000", "eval_every=5000", "network.blocks=2", "network.hidden=32"],
+    [
+        "conditional=true",
+        "calibration_samples=0",
+        "transport_steps=0",
+        "finish_minutes=0",
+        "max_steps=5000",
+        "eval_every=5000",
+        "network.blocks=2",
+        "network.hidden=32",
+    ],
 )
 
 PAPER = FlowConfig(
@@ -289,7 +320,11 @@ CPU_RGB = FlowConfig(
 )
 
 for _name, _cfg in (
-    ("smoke", SMOKE), ("cpu", CPU), ("cpu-cond", CPU_COND), ("paper", PAPER),
-    ("celeba", CELEBA), ("cpu-rgb", CPU_RGB),
-):  # fmt: skip
+    ("smoke", SMOKE),
+    ("cpu", CPU),
+    ("cpu-cond", CPU_COND),
+    ("paper", PAPER),
+    ("celeba", CELEBA),
+    ("cpu-rgb", CPU_RGB),
+):
     register_preset("flow", _name, _cfg)

@@ -107,8 +107,9 @@ class Reference:
         return {
             "n": len(x),
             "fid_lenet": fid_from_features(f, self.features),
-            "fid_judge": fid_from_features(judge_features(x, self.judge, self.opts.batch),
-                                           self.judged),  # fmt: skip
+            "fid_judge": fid_from_features(
+                judge_features(x, self.judge, self.opts.batch), self.judged
+            ),
             "kid_lenet": kid,
             "kid_lenet_std": kid_std,
             "precision": coverage_share(f, self.features, self.radii),
@@ -174,17 +175,30 @@ def evaluate_flow(
         start = time.perf_counter()
         images = draw_samples(model, noise, spec, opts, progress)
         seconds = time.perf_counter() - start
-        measured.append({"name": name, "what": spec.describe(), "spec": spec.to_dict(),
-                         "sample_seconds": seconds, **ref.measure(images)})  # fmt: skip
+        measured.append(
+            {
+                "name": name,
+                "what": spec.describe(),
+                "spec": spec.to_dict(),
+                "sample_seconds": seconds,
+                **ref.measure(images),
+            }
+        )
         keep[name] = images[:64]
     if opts.references:
         if train_images is not None:
             pick = torch.randperm(len(train_images), generator=gen)[: opts.n]
-            measured.append({"name": "train", "what": f"{len(pick)} random training images",
-                             **ref.measure(train_images[pick])})  # fmt: skip
+            measured.append(
+                {
+                    "name": "train",
+                    "what": f"{len(pick)} random training images",
+                    **ref.measure(train_images[pick]),
+                }
+            )
         uniform = torch.rand(opts.n, 1, 32, 32, generator=gen)
-        measured.append({"name": "uniform", "what": f"{opts.n} uniform-noise images",
-                         **ref.measure(uniform)})  # fmt: skip
+        measured.append(
+            {"name": "uniform", "what": f"{opts.n} uniform-noise images", **ref.measure(uniform)}
+        )
     results = {
         "n": opts.n,
         "reference_images": len(reference),
@@ -210,8 +224,10 @@ COLUMNS = (
 
 def results_table(results: dict) -> str:
     """The results as a markdown table, one row per sampler or reference set."""
-    rows = [[f"{row['name']}: {row['what']}", *(fmt.format(row[key]) for _, key, fmt in COLUMNS)]
-            for row in results["rows"]]  # fmt: skip
+    rows = [
+        [f"{row['name']}: {row['what']}", *(fmt.format(row[key]) for _, key, fmt in COLUMNS)]
+        for row in results["rows"]
+    ]
     return markdown_table(["set", *(c[0] for c in COLUMNS)], rows) + "\n"
 
 

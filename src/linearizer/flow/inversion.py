@@ -42,10 +42,12 @@ def round_trip_note(x: Tensor, back: Tensor, min_psnr: float = EXACT_PSNR) -> st
     if not off:
         return None
     worst = float((back.double() - x.double()).abs().max())
-    return (f"the round trip of image(s) {', '.join(map(str, off))} is off: PSNR down to "
-            f"{min(psnr):.1f} dB, max abs pixel error {worst:.2g} (exact means >= {min_psnr:g} "
-            f"dB); such inputs lie far from the training images, where B^-1 and the noise side "
-            f"amplify rounding")
+    return (
+        f"the round trip of image(s) {', '.join(map(str, off))} is off: PSNR down to "
+        f"{min(psnr):.1f} dB, max abs pixel error {worst:.2g} (exact means >= {min_psnr:g} "
+        f"dB); such inputs lie far from the training images, where B^-1 and the noise side "
+        f"amplify rounding"
+    )
 
 
 def round_trip(model: OneStepFlow, x1: Tensor, b: Tensor | FactoredMatrix) -> tuple[Tensor, Tensor]:

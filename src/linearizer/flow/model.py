@@ -21,7 +21,7 @@ from ..image_model import ImageModel
 from ..invertible.base import InvertibleModule
 from ..operators.base import LinearOperator
 from ..operators.dense import Dense
-from . import factored, solvers
+from . import bcache, factored, solvers
 from .calibration import LatentCalibration
 from .spec import SamplerSpec, sample_spec
 
@@ -56,34 +56,20 @@ class OneStepFlow(ImageModel):
             )
         self._cache: dict[tuple, tuple[tuple, Any]] = {}
         self._calibration: LatentCalibration | None = None
-        self.classes = int(getattr(op, "classes", 0))
-        if self.classes:  # the training labels' frequencies: the mixture's class weights
-            self.register_buffer("class_prior", torch.full((self.classes,), 1.0 / self.classes))
 
-    # --- classes ----------------------------------------------------------------------------
+    # one linear generator; the mixture variant (flow.mixture) has one per component
+    classes = 0
+    components = 1
+
     def operator(self, spec: SamplerSpec) -> LinearOperator:
-        """The time-dependent operator ``spec`` integrates: ``A(t)``, or for a class-conditional
-        model ``(1 + w) A(t, c) - w A(t, null)`` of the spec's class ``c`` and guidance ``w``."""
+        """The time-dependent operator ``A(t)`` that ``spec`` integrates."""
         label, w = spec.condition
-        if not self.classes:
-            if label is not None or w:
-                raise LinearizerError("--class and --guidance need a class-conditional model "
-                                      "(trained with --set conditional=true)")  # fmt: skip
-            return self.op
-        if label is None:
-            raise LinearizerError(f"this model is class-conditional: give one class (--class "
-                                  f"0..{self.classes - 1}) for one linear generator")  # fmt: skip
-        if label >= self.classes:
-            raise LinearizerError(f"class {label} is out of range: the model has classes "
-                                  f"0..{self.classes - 1}")  # fmt: skip
-        return self.op.given(label, w)
-
-    def draw_labels(self, n: int, generator: torch.Generator | None = None) -> Tensor:
-        """``n`` classes drawn from the training frequencies (a conditional model's mixture)."""
-        if not self.classes:
-            raise LinearizerError("this model is not class-conditional")
-        prior = self.class_prior.detach().double().cpu()
-        return torch.multinomial(prior, n, replacement=True, generator=generator)
+        if label is not None or w:
+            raise LinearizerError(
+                "--class, --component and --guidance need a class-conditional model (--set "
+                "conditional=true) or a mixture (--set components=K)"
+            )
+        return self.op
 
     @property
     def calibration(self) -> LatentCalibration | None:
@@ -106,8 +92,10 @@ class OneStepFlow(ImageModel):
             return None, None
         cal = self._calibration
         if cal is None:
-            raise LinearizerError(f"--maps {spec.maps}: the model holds no latent calibration "
-                                  f"(linearizer calibrate RUN fits one)")  # fmt: skip
+            raise LinearizerError(
+                f"--maps {spec.maps}: the model holds no latent calibration "
+                f"(linearizer calibrate RUN fits one)"
+            )
         cal.check_spec(spec)
         return cal, (cal.transport if spec.maps == "transport" else None)
 
@@ -122,11 +110,12 @@ class OneStepFlow(ImageModel):
         """``G(., 0)``: encodes noise."""
         return self.side(NOISE)
 
-    def encode(self, x: Tensor, flag: float | Tensor) -> Tensor:
-        """Flattened latents ``[B, D]`` of images under ``G(., flag)`` (flag per sample allowed)."""
+    def encode(self, x: Tensor, flag: float | Tensor = DATA) -> Tensor:
+        """Flattened latents ``[B, D]`` of images under ``G(., flag)`` (default: the data side;
+        flag per sample allowed)."""
         return self.encode_at(x, flag)
 
-    def decode(self, z: Tensor, flag: float | Tensor) -> Tensor:
+    def decode(self, z: Tensor, flag: float | Tensor = DATA) -> Tensor:
         """Images ``G^-1(z, flag)`` of latents ``[B, D]``."""
         return self.decode_at(z, flag)
 
@@ -149,8 +138,9 @@ class OneStepFlow(ImageModel):
             if tau is None:
                 return self.linearizer_of(op, NOISE, DATA)
             g_y = TransportedSide(self.side(DATA), tau, self.image_shape)
-            return Linearizer(self.side(NOISE), op, g_y, self.image_shape,
-                              x_latent_shape=self.image_shape)  # fmt: skip
+            return Linearizer(
+                self.side(NOISE), op, g_y, self.image_shape, x_latent_shape=self.image_shape
+            )
 
         return self._cached(("generator", spec), build)
 
@@ -168,11 +158,8 @@ class OneStepFlow(ImageModel):
         **changes: Any,
     ) -> Tensor:
         """Images from noise ``x0`` by ``spec`` (default :class:`SamplerSpec`, ``changes``
-        applied): one matrix product (``one_step``) or the multi-step solver.
-
-        A class-conditional model samples the spec's class, or with ``spec.label`` None a
-        mixture: each row's class from ``labels`` (default: :meth:`draw_labels`), each row
-        then through its class's exact generator.
+        applied): one matrix product (``one_step``) or the multi-step solver. ``labels``: each
+        row's component, for a mixture (:class:`~linearizer.flow.mixture.MixtureFlow`) only.
 
         Both agree to rounding. ``spec.dtype`` is the latent working precision; ``form`` the
         one-step matrix's (:meth:`one_step_operator`). ``x0`` is used as given: the spec's
@@ -182,8 +169,8 @@ class OneStepFlow(ImageModel):
         """
         spec = sample_spec(spec, **changes)
         self.check_images(x0, "noise")
-        if self.classes and spec.label is None:
-            return self._sample_mixture(x0, spec, labels, one_step, callback, form)
+        if labels is not None:
+            raise LinearizerError("per-row components need a mixture: this model has one generator")
         z0 = self.encode(x0, NOISE)
         work = z0.to(spec.torch_dtype)
         if one_step:
@@ -194,33 +181,6 @@ class OneStepFlow(ImageModel):
         if tau is not None:
             z1 = tau(z1)
         return self.decode(z1.to(z0.dtype), DATA)
-
-    def _sample_mixture(self, x0, spec, labels, one_step, callback, form) -> Tensor:
-        labels = self.draw_labels(len(x0)) if labels is None else labels.reshape(-1).cpu()
-        if len(labels) != len(x0):
-            raise LinearizerError(f"{len(labels)} labels for {len(x0)} noise images")
-        out = torch.empty_like(x0)
-        for c in labels.unique().tolist():
-            rows = (labels == c).nonzero().squeeze(1).to(x0.device)
-            out[rows] = self.sample(x0[rows], spec.replace(label=int(c)), one_step=one_step,
-                                    callback=callback, form=form)  # fmt: skip
-        return out
-
-    def swap(self, x1: Tensor, spec: SamplerSpec, to: int) -> Tensor:
-        """The exact class swap: images ``x1`` of class ``spec.label`` to their noise under that
-        class's generator, ``z0 = B_c^-1 g_data(x1)``, then to class ``to`` with the same noise,
-        ``g_data^-1(B_to z0)``. Both B use ``spec.invertible()`` (the last interval skipped), so
-        swapping back returns ``x1`` to rounding."""
-        spec = spec.invertible()
-        if spec.label is None:
-            raise LinearizerError("swap needs the images' class (--from)")
-        if spec.maps != "none":
-            raise LinearizerError("swap applies the trained map alone: use --maps none")
-        b_to = self.one_step_operator(spec.replace(label=int(to)))
-        z0 = factored.solve_rows(self.one_step_operator(spec), self.encode(x1, DATA).to(
-            spec.torch_dtype))  # fmt: skip
-        z1 = factored.apply_rows(b_to, z0)
-        return self.decode(z1.to(x1.dtype), DATA)
 
     def integrate(
         self,
@@ -233,9 +193,15 @@ class OneStepFlow(ImageModel):
         """Data latents ``z(1)`` of noise latents ``z0`` by the multi-step solver
         (:func:`linearizer.flow.solvers.integrate`), then ``K`` if ``spec`` applies it."""
         spec = sample_spec(spec, **changes)
-        z1 = solvers.integrate(self.operator(spec), z0, steps=spec.steps, method=spec.method,
-                               final=spec.final, dtype=spec.torch_dtype,
-                               callback=callback)  # fmt: skip
+        z1 = solvers.integrate(
+            self.operator(spec),
+            z0,
+            steps=spec.steps,
+            method=spec.method,
+            final=spec.final,
+            dtype=spec.torch_dtype,
+            callback=callback,
+        )
         cal = self.maps(spec)[0]
         return z1 if cal is None else cal.apply_rows(z1)
 
@@ -269,12 +235,32 @@ class OneStepFlow(ImageModel):
         cal = self.maps(spec)[0]
 
         def build() -> Tensor | factored.FactoredMatrix:
-            b = factored.one_step(self.operator(spec), steps=spec.steps, method=spec.method,
-                                  final=spec.final, dtype=spec.torch_dtype, form=form)  # fmt: skip
+            b = factored.one_step(
+                self.operator(spec),
+                steps=spec.steps,
+                method=spec.method,
+                final=spec.final,
+                dtype=spec.torch_dtype,
+                form=form,
+            )
             return b if cal is None else cal.compose(b)
 
+        def stored() -> Tensor | factored.FactoredMatrix:
+            # kept across processes too: a mixture's first call would otherwise build K of them
+            parts = (self.op,) if cal is None else (self.op, cal.basis, cal.core)
+            device = next(self.op.parameters()).device
+            disk_key = {
+                "weights": bcache.weights_digest(*parts),
+                "schedule": list(spec.schedule),
+                "dtype": spec.dtype,
+                "form": form,
+                "condition": list(spec.condition),
+                "device": device.type,
+            }
+            return bcache.cached(disk_key, build, device=device)
+
         key = (form, spec.schedule, spec.dtype, cal is not None, spec.condition)
-        return self._cached(key, build)
+        return self._cached(key, stored)
 
     def invert(self, x1: Tensor, b: Tensor | factored.FactoredMatrix) -> Tensor:
         """Noise whose one-step sample through ``b`` is ``x1``: ``g_noise^-1(B^-1 g_data(x1))``.

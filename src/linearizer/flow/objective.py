@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import LinearizerError
-from ..metrics.image import local_ssim
+from ..metrics.image import gaussian_window, local_ssim
+from ..training.random_streams import StepRandom
 from .model import DATA, NOISE, OneStepFlow
 
 Distance = Callable[[Tensor, Tensor], Tensor]
@@ -73,19 +74,13 @@ def make_distance(kind: str) -> Distance:
     return distance
 
 
-def _ssim_window(x: Tensor, size: int = 11, sigma: float = 1.5) -> Tensor:
-    r = torch.arange(size, dtype=x.dtype, device=x.device) - (size - 1) / 2
-    w = torch.exp(-(r**2) / (2 * sigma**2))
-    return w / w.sum()
-
-
 def ssim_value(x: Tensor, y: Tensor, data_range: float = 1.0) -> Tensor:
     """Mean SSIM of two batches ``[B, C, H, W]`` (differentiable; valid window positions).
 
     Same definition as :func:`linearizer.metrics.ssim` (Wang et al. 2004; K1 = 0.01, K2 = 0.03)
     but in the inputs' dtype and with autograd, for use in a loss.
     """
-    w = _ssim_window(x)
+    w = gaussian_window(dtype=x.dtype, device=x.device)
     if min(x.shape[-2:]) < len(w):
         raise LinearizerError(f"the ssim distance needs images of at least {len(w)}x{len(w)}")
     c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
@@ -128,11 +123,42 @@ def group_times(t: Tensor, groups: int) -> Tensor:
     return t[torch.arange(len(t), device=t.device) // run * run]
 
 
-def draw_noise(x1: Tensor, gen: torch.Generator | None) -> dict[str, Tensor]:
-    """t, x0, n0, n1 for a batch, in a fixed order from ``gen`` (so runs replay exactly)."""
-    kw = {"generator": gen, "dtype": x1.dtype, "device": x1.device}
-    t = torch.rand(x1.shape[0], **kw)
-    return {"t": t, **{k: torch.randn(x1.shape, **kw) for k in ("x0", "n0", "n1")}}
+def draw_noise(
+    x1: Tensor, gen: torch.Generator | StepRandom | None, *, times: str = "uniform", groups: int = 0
+) -> dict[str, Tensor]:
+    """t, x0, n0, n1 for a batch, in a fixed order from ``gen`` (so runs replay exactly).
+
+    ``gen``: a generator (None: torch's global one) drawing this batch's rows, or a training
+    step's :class:`~linearizer.training.random_streams.StepRandom`, which draws the whole
+    global batch and keeps this process's rows. ``times``: the time sampling
+    (:func:`draw_times`); ``groups``: rows sharing a time (:func:`group_times`).
+
+    >>> x1 = torch.zeros(4, 1, 2, 2)
+    >>> a, b = (draw_noise(x1, torch.Generator().manual_seed(0)) for _ in range(2))
+    >>> sorted(a), all(torch.equal(a[k], b[k]) for k in a)
+    (['n0', 'n1', 't', 'x0'], True)
+    """
+    n, shape = x1.shape[0], tuple(x1.shape[1:])
+    if isinstance(gen, StepRandom):
+        step = gen
+
+        def rand() -> Tensor:
+            return step.rand(like=x1)
+
+        def randn(*size: int) -> Tensor:
+            return step.randn(*size, like=x1)
+
+    else:
+        source, dtype, device = gen, x1.dtype, x1.device
+
+        def rand() -> Tensor:
+            return torch.rand(n, generator=source, dtype=dtype, device=device)
+
+        def randn(*size: int) -> Tensor:
+            return torch.randn((n, *size), generator=source, dtype=dtype, device=device)
+
+    draws = {"t": group_times(draw_times(times, rand, randn), groups)}
+    return draws | {k: randn(*shape) for k in ("x0", "n0", "n1")}
 
 
 def flow_loss(

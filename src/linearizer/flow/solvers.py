@@ -63,12 +63,26 @@ SAMPLERS: dict[str, Sampler] = {
     s.name: s
     for s in (
         Sampler("euler", lambda i, h: (i * h,), (0,), ((),), (1.0,), 1.0, 1),
-        Sampler("rk4", lambda i, h: (i * h, i * h + h / 2, (i + 1) * h), (0, 1, 1, 2),
-                ((), ((0, 0.5),), ((1, 0.5),), ((2, 1.0),)), (1.0, 2.0, 2.0, 1.0), 6.0, 2),
-        Sampler("rk4-authors", lambda i, h: (i * h, i * h + h / 2, (i + 1) * h), (0, 1, 2),
-                ((), (), ()), (1.0, 4.0, 1.0), 6.0, 2),
+        Sampler(
+            "rk4",
+            lambda i, h: (i * h, i * h + h / 2, (i + 1) * h),
+            (0, 1, 1, 2),
+            ((), ((0, 0.5),), ((1, 0.5),), ((2, 1.0),)),
+            (1.0, 2.0, 2.0, 1.0),
+            6.0,
+            2,
+        ),
+        Sampler(
+            "rk4-authors",
+            lambda i, h: (i * h, i * h + h / 2, (i + 1) * h),
+            (0, 1, 2),
+            ((), (), ()),
+            (1.0, 4.0, 1.0),
+            6.0,
+            2,
+        ),
     )
-}  # fmt: skip
+}
 METHODS = tuple(SAMPLERS)
 
 

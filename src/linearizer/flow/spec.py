@@ -8,10 +8,9 @@ every output records the one it used.
 
 **The default is the paper's method**: the trained map alone (``maps="none"``), Euler on the
 grid ``t_i = i/T`` with ``T = 1000``, ending with the jump to A's prediction on the last
-interval. A sample costs the same for any ``T`` (it is one matrix); on ``pretrained:mnist``
-(2,000 samples, trained map alone) ``T = 1000`` with the jump scores FID (LeNet) 86.5, without
-it 112.3, and the authors' ``T = 100`` grid 116.1 (77.3 with the jump, but recall 0.838 against
-0.860). The jump makes B rank-deficient (its rank is A's), so the commands that invert B
+interval. A sample costs the same for any ``T`` (it is one matrix), so the fine grid costs
+nothing at sampling time; docs/flow/sampler.md gives the measured scores of the four grids.
+The jump makes B rank-deficient (its rank is A's), so the commands that invert B
 (:meth:`SamplerSpec.invertible`) use the same sampler with the last interval skipped.
 The post-hoc maps (:mod:`linearizer.flow.calibration`, :mod:`linearizer.flow.transport`) are
 fitted after training by other objectives than the paper's; a sampler applies them only when
@@ -60,35 +59,42 @@ class SamplerSpec(Config):
         "euler", "solver collapsed into B (rk4-authors: the authors' first-order matrix)"
     )
     final: Literal["skip", "predict"] = option(
-        "predict", "last interval [1 - 1/T, 1]: jump to A's prediction, or skip it (authors; "
-        "B stays invertible)"
+        "predict",
+        "last interval [1 - 1/T, 1]: jump to A's prediction, or skip it (authors; "
+        "B stays invertible)",
     )
     dtype: Literal["float32", "float64"] = option(
         "float64", "precision of B and the latent solver (commands run the networks in it too)"
     )
     temperature: float = option(1.0, "std tau of the noise drawn, x0 ~ N(0, tau^2 I)")
     maps: Literal["none", "calibration", "transport"] = option(
-        "none", "post-hoc latent maps applied after B: none (the trained map alone), the "
+        "none",
+        "post-hoc latent maps applied after B: none (the trained map alone), the "
         "calibration K, or K and the transport (both fitted after training, by linearizer "
-        "calibrate)"
+        "calibrate)",
     )
     label: Optional[int] = option(  # noqa: UP045 (the config reader parses Optional)
-        None, "class c of a class-conditional model (default: drawn from the training "
-        "frequencies; the sampler is then a mixture of one exact generator per class)"
+        None,
+        "class c of a class-conditional model, or component k of a mixture (default: drawn "
+        "from the mixture weights; the sampler is then a mixture of one exact generator per "
+        "component)",
     )
     guidance: float = option(
-        0.0, "classifier-free guidance w of a class-conditional model: the velocity "
-        "(1 + w) v(z, t, c) - w v(z, t, null), still linear in z (0: plain conditional)"
+        0.0,
+        "classifier-free guidance w of a class-conditional model: the velocity "
+        "(1 + w) v(z, t, c) - w v(z, t, null), still linear in z (0: plain conditional)",
     )
 
     def validate(self) -> None:
         steps = self.steps
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
             raise LinearizerError(f"sampler steps must be an integer >= 2, got {steps!r}")
-        for name, value, allowed in (("method", self.method, METHODS),
-                                     ("final", self.final, FINALS),
-                                     ("dtype", self.dtype, tuple(DTYPES)),
-                                     ("maps", self.maps, MAPS)):  # fmt: skip
+        for name, value, allowed in (
+            ("method", self.method, METHODS),
+            ("final", self.final, FINALS),
+            ("dtype", self.dtype, tuple(DTYPES)),
+            ("maps", self.maps, MAPS),
+        ):
             if value not in allowed:
                 raise LinearizerError(f"sampler {name} must be one of {allowed}, got {value!r}")
         tau = self.temperature
@@ -131,8 +137,10 @@ class SamplerSpec(Config):
 
     def describe(self) -> str:
         """One line naming every setting but the temperature (which scales the noise drawn)."""
-        line = (f"one-step {self.method}, T = {self.steps}, final {self.final}, {self.dtype}, "
-                f"maps {self.maps}")  # fmt: skip
+        line = (
+            f"one-step {self.method}, T = {self.steps}, final {self.final}, {self.dtype}, "
+            f"maps {self.maps}"
+        )
         if self.label is not None:
             line += f", class {self.label}"
         if self.guidance:
@@ -157,4 +165,3 @@ def sample_spec(spec: SamplerSpec | None = None, **changes: Any) -> SamplerSpec:
         if dtype is not None:
             changes["dtype"] = names.get(dtype, dtype)
     return spec.replace(**changes) if changes else spec
-

@@ -17,6 +17,7 @@ from ..training.random_streams import StepRandom
 from ..training.runs import load_run, read_run_config
 from .build import build_flow
 from .calibration import FitOptions, fit_calibration, load_calibration, save_calibration
+from .components import find_components, shares
 from .config import FlowConfig
 from .model import OneStepFlow
 from .objective import (
@@ -40,8 +41,8 @@ class FlowTask(ImageTask, kind="flow", config=FlowConfig):
     def build(self, cfg: FlowConfig) -> OneStepFlow:
         self.distance = make_distance(cfg.perceptual)
         model = super().build(cfg)
-        if cfg.conditional:
-            model.class_prior.copy_(class_frequencies(self.labels, cfg.classes))
+        self.parts = row_components(cfg, self.images, self.labels)
+        self.parts.weigh(model)
         return model
 
     def build_model(self, cfg: FlowConfig, channels: int) -> OneStepFlow:
@@ -53,31 +54,32 @@ class FlowTask(ImageTask, kind="flow", config=FlowConfig):
 
     def batch(self, rng: StepRandom) -> dict[str, Tensor]:
         rows = rng.indices(len(self.images))
-        if not self.cfg.conditional:
-            return {"x1": self.images[rows]}
-        return {"x1": self.images[rows], "label": self.labels[rows]}
+        return {"x1": self.images[rows], **self.parts.batch(rows)}
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor], rng: StepRandom):
         x1 = batch["x1"]
         shape = x1.shape[1:]
-        times = draw_times(self.cfg.time_sampling, lambda: rng.rand(like=x1),
-                           lambda: rng.randn(like=x1))  # fmt: skip
+        times = draw_times(
+            self.cfg.time_sampling, lambda: rng.rand(like=x1), lambda: rng.randn(like=x1)
+        )
         draws = {"t": group_times(times, self.cfg.time_groups)}
         draws |= {k: rng.randn(*shape, like=x1) for k in ("x0", "n0", "n1")}
-        labels = None
-        if self.cfg.conditional:  # drawn last: an unconditional run's stream is unchanged
-            drop = rng.rand(like=x1) < self.cfg.class_dropout
-            labels = torch.where(drop.to(batch["label"].device), self.cfg.classes,
-                                 batch["label"])  # fmt: skip
-        return flow_loss(model, x1, draws, noise_level=self.cfg.noise_level,
-                         distance=self.distance, labels=labels)  # fmt: skip
+        labels = self.parts.train_labels(batch, rng, like=x1)
+        return flow_loss(
+            model,
+            x1,
+            draws,
+            noise_level=self.cfg.noise_level,
+            distance=self.distance,
+            labels=labels,
+        )
 
     def on_eval(self, model: OneStepFlow, step: int, run_dir: Path) -> dict[str, object]:
         cfg = self.cfg
         noise = self.grid_noise.to(next(model.parameters()).device)
         # the run's schedule, trained map alone: the grids show what training made
         spec = cfg.sampler.replace(maps="none")
-        labels = torch.arange(len(noise)) % cfg.classes if cfg.conditional else None
+        labels = self.parts.grid(len(noise))
         x = model.sample(cfg.sampler.temperature * noise, spec, labels=labels)
         return {"samples": self.save_samples(x, step, run_dir, scale=2)}
 
@@ -88,8 +90,12 @@ class FlowTask(ImageTask, kind="flow", config=FlowConfig):
         n = self.cfg.calibration_samples
         if not n:
             return None
-        opts = FitOptions(sampler=self.cfg.sampler, n=n, seed=self.cfg.seed,
-                          transport_steps=self.cfg.transport_steps)  # fmt: skip
+        opts = FitOptions(
+            sampler=self.cfg.sampler,
+            n=n,
+            seed=self.cfg.seed,
+            transport_steps=self.cfg.transport_steps,
+        )
         start = time.perf_counter()
         try:
             if ema is None:
@@ -110,9 +116,74 @@ def class_frequencies(labels: Tensor | None, classes: int) -> Tensor:
         raise LinearizerError("conditional=true needs a labelled dataset")
     labels = labels.reshape(-1).long()
     if int(labels.min()) < 0 or int(labels.max()) >= classes:
-        raise LinearizerError(f"the dataset's labels span {int(labels.min())}..{int(labels.max())}"
-                              f", outside classes=0..{classes - 1} (--set classes=N)")  # fmt: skip
+        raise LinearizerError(
+            f"the dataset's labels span {int(labels.min())}..{int(labels.max())}"
+            f", outside classes=0..{classes - 1} (--set classes=N)"
+        )
     return torch.bincount(labels, minlength=classes).double() / len(labels)
+
+
+class OneGenerator:
+    """The rows of a one-generator model: no component per row."""
+
+    def weigh(self, model: OneStepFlow) -> None:
+        """Set the model's mixture weights (a one-generator model has none)."""
+
+    def batch(self, rows: Tensor) -> dict[str, Tensor]:
+        return {}
+
+    def train_labels(self, batch: dict[str, Tensor], rng: StepRandom, like: Tensor):
+        return None
+
+    def grid(self, n: int) -> Tensor | None:
+        return None
+
+
+class Components(OneGenerator):
+    """Each training image's component (``parts``, one of ``k``): what a mixture trains on."""
+
+    def __init__(self, parts: Tensor, k: int) -> None:
+        self.parts, self.k = parts.reshape(-1).long(), k
+
+    def weigh(self, model: OneStepFlow) -> None:
+        model.mixture_weights.copy_(shares(self.parts, self.k))
+
+    def batch(self, rows: Tensor) -> dict[str, Tensor]:
+        return {"label": self.parts[rows]}
+
+    def train_labels(self, batch: dict[str, Tensor], rng: StepRandom, like: Tensor):
+        return batch["label"]
+
+    def grid(self, n: int) -> Tensor:
+        return torch.arange(n) % self.k
+
+
+class Classes(Components):
+    """A class-conditional run: the dataset's labels, and a share of rows trained with the null
+    class for classifier-free guidance."""
+
+    def __init__(self, labels: Tensor | None, classes: int, dropout: float) -> None:
+        class_frequencies(labels, classes)  # one line for missing or out-of-range labels
+        super().__init__(labels, classes)
+        self.dropout = dropout
+
+    def train_labels(self, batch: dict[str, Tensor], rng: StepRandom, like: Tensor):
+        # drawn last in the step: a one-generator run's random stream is unchanged
+        drop = rng.rand(like=like) < self.dropout
+        return torch.where(drop.to(batch["label"].device), self.k, batch["label"])
+
+
+def row_components(cfg: FlowConfig, images: Tensor, labels: Tensor | None) -> OneGenerator:
+    """What each training row's component is, by the config: the dataset's classes
+    (``conditional``), components found without labels (``components`` > 1), or none."""
+    if cfg.conditional:
+        return Classes(labels, cfg.classes, cfg.class_dropout)
+    if cfg.components > 1:
+        parts = find_components(
+            images, cfg.components, cfg.component_features, cfg.seed, cfg.init_from
+        )
+        return Components(parts, cfg.components)
+    return OneGenerator()
 
 
 def run_config(run_dir: str | Path) -> FlowConfig:

@@ -83,9 +83,13 @@ class Coupling(InvertibleModule):
         width, moved = (hidden if given else 1), dim - given
         self.net = None
         if moved:
-            self.net = nn.Sequential(nn.Linear(max(given, 1), width), nn.SiLU(),
-                                     nn.Linear(width, width), nn.SiLU(),
-                                     nn.Linear(width, 2 * moved))  # fmt: skip
+            self.net = nn.Sequential(
+                nn.Linear(max(given, 1), width),
+                nn.SiLU(),
+                nn.Linear(width, width),
+                nn.SiLU(),
+                nn.Linear(width, 2 * moved),
+            )
             nn.init.zeros_(self.net[-1].weight)  # starts as the identity
             nn.init.zeros_(self.net[-1].bias)
 
@@ -158,8 +162,9 @@ class Mixing(LUFactors, InvertibleModule):
 
     def inverse_logdet(self, y: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
         lower, upper = self._factors()
-        t = torch.linalg.solve_triangular(lower.T, y[:, torch.argsort(self.order)],
-                                          upper=True, left=False, unitriangular=True)  # fmt: skip
+        t = torch.linalg.solve_triangular(
+            lower.T, y[:, torch.argsort(self.order)], upper=True, left=False, unitriangular=True
+        )
         x = torch.linalg.solve_triangular(upper.T, t, upper=False, left=False)
         return x, (-self.log_abs_det()).expand(len(y))
 
@@ -184,12 +189,13 @@ class VectorFlow(InvertibleModule):
         gen = torch.Generator().manual_seed(seed)
         with torch.random.fork_rng(devices=[]):  # a seeded fit, and the caller's stream untouched
             torch.manual_seed(seed)
-            self.couplings = nn.ModuleList(Coupling(dim, hidden, i % 2 == 1)
-                                           for i in range(blocks))  # fmt: skip
-        self.register_buffer("perms", torch.stack([torch.randperm(dim, generator=gen)
-                                                   for _ in range(blocks)]))  # fmt: skip
-        self.mixes = (nn.ModuleList(Mixing(dim, seed + 1 + i) for i in range(blocks))
-                      if mixing else None)  # fmt: skip
+            self.couplings = nn.ModuleList(Coupling(dim, hidden, i % 2 == 1) for i in range(blocks))
+        self.register_buffer(
+            "perms", torch.stack([torch.randperm(dim, generator=gen) for _ in range(blocks)])
+        )
+        self.mixes = (
+            nn.ModuleList(Mixing(dim, seed + 1 + i) for i in range(blocks)) if mixing else None
+        )
 
     def _mix(self, i: int) -> Mixing | None:
         return None if self.mixes is None else self.mixes[i]
@@ -220,9 +226,17 @@ class VectorFlow(InvertibleModule):
         return (0.5 * u.square().sum(dim=1) - logdet).mean() / y.shape[1]
 
 
-def _sym_power(c: Tensor, p: float) -> Tensor:
-    w, v = torch.linalg.eigh(c.to(F64))
-    floor = float(w[-1]) * c.shape[0] * torch.finfo(F64).eps
+def sym_power(c: Tensor, p: float, floor: float | None = None) -> Tensor:
+    """``c^p`` of a symmetric positive semi-definite ``c`` by its eigendecomposition, in ``c``'s
+    dtype. Eigenvalues below ``floor`` count as ``floor`` (default: the largest times
+    ``D eps``, where rounding starts, so negative powers stay finite).
+
+    >>> sym_power(torch.diag(torch.tensor([4.0, 9.0], dtype=F64)), 0.5).diagonal().tolist()
+    [2.0, 3.0]
+    """
+    w, v = torch.linalg.eigh(c)
+    if floor is None:
+        floor = float(w[-1]) * c.shape[0] * torch.finfo(c.dtype).eps
     return (v * w.clamp_min(floor) ** p) @ v.T
 
 
@@ -281,9 +295,14 @@ def fit_transport(
         )
     source, data = source.to(F64), data.to(F64)
     s, c = torch.cov(source.T).reshape(k, k), torch.cov(data.T).reshape(k, k)
-    stats = {"src_mean": source.mean(0), "src_whiten": _sym_power(s, -0.5),
-             "src_colour": _sym_power(s, 0.5), "dst_mean": data.mean(0),
-             "dst_whiten": _sym_power(c, -0.5), "dst_colour": _sym_power(c, 0.5)}  # fmt: skip
+    stats = {
+        "src_mean": source.mean(0),
+        "src_whiten": sym_power(s, -0.5),
+        "src_colour": sym_power(s, 0.5),
+        "dst_mean": data.mean(0),
+        "dst_whiten": sym_power(c, -0.5),
+        "dst_colour": sym_power(c, 0.5),
+    }
     white = ((data - stats["dst_mean"]) @ stats["dst_whiten"]).float()
     flow = _fit_flow(white, opts)
     return LatentTransport(basis, flow, stats)

@@ -1,7 +1,7 @@
 """Invertible networks with exact inverses: blocks, conditioners and ready-made networks.
 
-Every block is an :class:`InvertibleModule` with ``forward(x, cond=None)`` and
-``inverse(z, cond=None)`` on images ``[B, C, H, W]``; ``cond`` is the ``[B]`` flag handed to
+Every block is an :class:`InvertibleModule` with ``forward(x, flag=None)`` and
+``inverse(z, flag=None)`` on images ``[B, C, H, W]``; ``flag`` is the ``[B]`` flag handed to
 every conditioner.
 """
 

@@ -56,13 +56,13 @@ class ActNorm(InvertibleModule):
         self.log_scale.copy_(log_scale.view_as(self.log_scale))
         self.initialized.fill_(1)
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
         check_channels(x, self.channels, "ActNorm")
         if self.training and not bool(self.initialized):
             self.initialize_(x)
         return (x + self.bias) * torch.exp(self.log_scale)
 
-    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
+    def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
         check_channels(z, self.channels, "ActNorm")
         return z * torch.exp(-self.log_scale) - self.bias
 
@@ -85,7 +85,7 @@ class FlagActNorm(InvertibleModule):
     standardises neither well. Here flag ``tau`` uses ``(1 - tau) p_0 + tau p_1`` for both
     parameters (exactly ``p_0`` or ``p_1`` at the two flags the flow uses), and the
     data-dependent start initialises each flag's pair from the samples that carry that flag
-    (a flag missing from the first batch keeps the identity). ``cond=None`` means flag 0.
+    (a flag missing from the first batch keeps the identity). ``flag=None`` means flag 0.
 
     >>> norm = FlagActNorm(2)
     >>> x = torch.cat([torch.randn(64, 2, 4, 4), 0.1 * torch.randn(64, 2, 4, 4) + 3])
@@ -108,21 +108,21 @@ class FlagActNorm(InvertibleModule):
         self.log_scale = nn.Parameter(torch.zeros(2, channels, 1, 1))
         self.register_buffer("initialized", torch.zeros((), dtype=torch.uint8))
 
-    def _flags(self, x: Tensor, cond: Tensor | None) -> Tensor:
-        if cond is None:
+    def _flags(self, x: Tensor, flag: Tensor | None) -> Tensor:
+        if flag is None:
             return torch.zeros(x.shape[0], 1, 1, 1, dtype=x.dtype, device=x.device)
-        return cond.to(x).reshape(-1, 1, 1, 1).expand(x.shape[0], 1, 1, 1)
+        return flag.to(x).reshape(-1, 1, 1, 1).expand(x.shape[0], 1, 1, 1)
 
-    def _params(self, x: Tensor, cond: Tensor | None) -> tuple[Tensor, Tensor]:
-        tau = self._flags(x, cond)
+    def _params(self, x: Tensor, flag: Tensor | None) -> tuple[Tensor, Tensor]:
+        tau = self._flags(x, flag)
         bias = torch.lerp(self.bias[0], self.bias[1], tau)
         return bias, torch.lerp(self.log_scale[0], self.log_scale[1], tau)
 
     @torch.no_grad()
-    def initialize_(self, x: Tensor, cond: Tensor | None) -> None:
+    def initialize_(self, x: Tensor, flag: Tensor | None) -> None:
         """Standardise, per flag, the samples of ``x`` that carry exactly that flag."""
         check_channels(x, self.channels, "FlagActNorm")
-        tau = self._flags(x, cond).reshape(-1)
+        tau = self._flags(x, flag).reshape(-1)
         for k in (0, 1):
             part = x[tau == k]
             values = part.transpose(0, 1).reshape(self.channels, -1)
@@ -133,16 +133,16 @@ class FlagActNorm(InvertibleModule):
             self.log_scale[k].copy_(log_scale.view(-1, 1, 1))
         self.initialized.fill_(1)
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
         check_channels(x, self.channels, "FlagActNorm")
         if self.training and not bool(self.initialized):
-            self.initialize_(x, cond)
-        bias, log_scale = self._params(x, cond)
+            self.initialize_(x, flag)
+        bias, log_scale = self._params(x, flag)
         return (x + bias) * torch.exp(log_scale)
 
-    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
+    def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
         check_channels(z, self.channels, "FlagActNorm")
-        bias, log_scale = self._params(z, cond)
+        bias, log_scale = self._params(z, flag)
         return z * torch.exp(-log_scale) - bias
 
     def extra_repr(self) -> str:

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from ..errors import LinearizerError
+
 
 class InvertibleModule(nn.Module):
     """A bijection with an exact inverse, and optionally the log-determinant of its Jacobian.
 
-    ``cond`` is an optional conditioning tensor of shape ``[B]`` (the paper's time flag tau)
-    handed unchanged to every conditioner inside; unconditioned blocks ignore it.
+    ``flag`` is an optional conditioning tensor of shape ``[B]`` (the paper's time flag tau,
+    which switches the shared network between its data side and its noise side), handed
+    unchanged to every conditioner inside; unconditioned blocks ignore it. For one release the
+    keyword ``cond=`` (its former name) is still accepted by ``forward``, ``inverse`` and
+    ``inverse_logdet`` of every subclass, with a :class:`DeprecationWarning`.
 
     A block whose determinant is cheap (a coupling, an LU-parametrised linear map) also
     implements :meth:`inverse_logdet`; :func:`has_logdet` says whether one does. The direction
@@ -27,15 +36,62 @@ class InvertibleModule(nn.Module):
     (True, True, torch.Size([2]))
     """
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:  # pragma: no cover
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in FLAG_METHODS:
+            if name in cls.__dict__:
+                setattr(cls, name, accepts_cond(cls.__dict__[name]))
+
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:  # pragma: no cover
         raise NotImplementedError
 
-    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:  # pragma: no cover
+    def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:  # pragma: no cover
         raise NotImplementedError
 
-    def inverse_logdet(self, z: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def inverse_logdet(self, z: Tensor, flag: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``(x, log |det dx/dz|)``: the inverse and, per sample ``[B]``, its log-determinant."""
         raise NotImplementedError(f"{type(self).__name__} does not compute a log-determinant")
+
+
+FLAG_METHODS = ("forward", "inverse", "inverse_logdet")
+
+
+def _deprecated(old: str, new: str, owner: str) -> None:
+    warnings.warn(
+        f"{owner}: the keyword {old}= is deprecated; use {new}=", DeprecationWarning, stacklevel=3
+    )
+
+
+def accepts_cond(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (a method with a ``flag`` parameter) that also takes the keyword ``cond=``, its
+    former name, with a :class:`DeprecationWarning`. Methods that still name it ``cond`` (or
+    have no ``flag``) are returned unchanged.
+
+    >>> class Block(InvertibleModule):
+    ...     def forward(self, x, flag=None):
+    ...         return x if flag is None else x + flag
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as seen:
+    ...     warnings.simplefilter("always")
+    ...     out = Block()(torch.zeros(1), cond=torch.ones(1))
+    >>> float(out[0]), seen[0].category.__name__
+    (1.0, 'DeprecationWarning')
+    """
+    params = inspect.signature(fn).parameters
+    if "flag" not in params or "cond" in params or getattr(fn, "_accepts_cond", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if "cond" in kwargs:
+            if "flag" in kwargs:
+                raise LinearizerError("give flag= (or the deprecated cond=), not both")
+            _deprecated("cond", "flag", f"{type(self).__name__}.{fn.__name__}")
+            kwargs["flag"] = kwargs.pop("cond")
+        return fn(self, *args, **kwargs)
+
+    wrapper._accepts_cond = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 def has_logdet(module: nn.Module) -> bool:
@@ -56,9 +112,11 @@ def as_cond(value: float | Tensor | None, batch: int, ref: Tensor) -> Tensor | N
 class Conditioned(nn.Module):
     """One network seen at a fixed conditioning flag: ``Conditioned(G, 1.0)`` is ``x -> G(x, 1)``.
 
-    This is how the paper shares one invertible U-Net as g_x (flag 1, data) and g_y (flag 0,
-    noise). Two views are the *same* induced space when they wrap the same network object at
-    the same flag (see :func:`same_network`).
+    This is how the paper shares one invertible U-Net as its data side (flag 1, ``g_data``) and
+    its noise side (flag 0, ``g_noise``). Two views are the *same* induced space when they wrap
+    the same network object at the same flag (see :func:`same_network`). For one release the
+    keyword ``value=`` and the attribute ``value`` (the flag's former name) still work, with a
+    :class:`DeprecationWarning`.
 
     >>> from linearizer.invertible import Squeeze
     >>> g = Conditioned(Squeeze(), 1.0)
@@ -67,23 +125,44 @@ class Conditioned(nn.Module):
     True
     """
 
-    def __init__(self, net: nn.Module, value: float) -> None:
+    def __init__(
+        self, net: nn.Module, flag: float | None = None, *, value: float | None = None
+    ) -> None:
         super().__init__()
-        self.net: Any = net  # any module with forward(x, cond) and inverse(z, cond)
-        self.value = float(value)
+        if value is not None:
+            if flag is not None:
+                raise LinearizerError(
+                    "give Conditioned a flag (or the deprecated value=), not both"
+                )
+            _deprecated("value", "flag", "Conditioned")
+            flag = value
+        if flag is None:
+            raise LinearizerError("Conditioned needs a flag (the network's conditioning value)")
+        self.net: Any = net  # any module with forward(x, flag) and inverse(z, flag)
+        self.flag = float(flag)
+
+    @property
+    def value(self) -> float:
+        """Deprecated name of :attr:`flag`."""
+        warnings.warn(
+            "Conditioned.value is deprecated; use Conditioned.flag",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.flag
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.net(x, as_cond(self.value, x.shape[0], x))
+        return self.net(x, as_cond(self.flag, x.shape[0], x))
 
     def inverse(self, z: Tensor) -> Tensor:
-        return self.net.inverse(z, as_cond(self.value, z.shape[0], z))
+        return self.net.inverse(z, as_cond(self.flag, z.shape[0], z))
 
     def extra_repr(self) -> str:
-        return f"value={self.value}"
+        return f"flag={self.flag}"
 
 
 def same_network(a: nn.Module, b: nn.Module) -> bool:
     """True when ``a`` and ``b`` compute the same bijection by construction (not by value)."""
     if isinstance(a, Conditioned) and isinstance(b, Conditioned):
-        return a is b or (a.net is b.net and a.value == b.value)
+        return a is b or (a.net is b.net and a.flag == b.flag)
     return a is b

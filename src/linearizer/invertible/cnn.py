@@ -13,18 +13,18 @@ from ..errors import LinearizerError
 from .dropout import SharedDropout
 
 
-def flag_features(cond: Tensor | None, batch: int, width: int, ref: Tensor) -> Tensor:
+def flag_features(flag: Tensor | None, batch: int, width: int, ref: Tensor) -> Tensor:
     """``[B, width]`` sinusoidal features of the flag tau: ``sin(f_k tau), cos(f_k tau)``.
 
     Frequencies ``f_k = (pi / 2) * 2^k`` so tau = 0 and tau = 1 are far apart already at
-    ``k = 0``; ``cond=None`` means tau = 0.
+    ``k = 0``; ``flag=None`` means tau = 0.
     """
-    if cond is None:
+    if flag is None:
         tau = torch.zeros(batch, dtype=ref.dtype, device=ref.device)
     else:
-        tau = cond.to(dtype=ref.dtype, device=ref.device).reshape(-1)
+        tau = flag.to(dtype=ref.dtype, device=ref.device).reshape(-1)
         if tau.shape[0] != batch:
-            raise LinearizerError(f"cond must have shape [{batch}], got {tuple(cond.shape)}")
+            raise LinearizerError(f"flag must have shape [{batch}], got {tuple(flag.shape)}")
     k = torch.arange(width // 2, dtype=ref.dtype, device=ref.device)
     angles = tau[:, None] * (0.5 * math.pi) * 2.0**k
     return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
@@ -73,13 +73,13 @@ class SmallCNN(nn.Module):
         # (Module.to takes memory_format at run time; torch's annotated overloads omit it)
         self.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
-    def forward(self, u: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, u: Tensor, flag: Tensor | None = None) -> Tensor:
         # The hidden activations are the largest tensors of a training step and the ReLUs are
         # memory-bound: working in place on the convolutions' outputs (which their backward
         # passes do not read) saves a buffer and a pass over it per operation.
         h = self.conv_in(u.contiguous(memory_format=torch.channels_last))
         if self.embed is not None:
-            features = flag_features(cond, u.shape[0], self.cond_dim, u)
+            features = flag_features(flag, u.shape[0], self.cond_dim, u)
             h.add_(self.embed(features)[:, :, None, None])
         h = F.relu(self.conv_mid(F.relu(h, inplace=True)), inplace=True)
         if self.drop is not None:

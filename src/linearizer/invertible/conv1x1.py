@@ -145,13 +145,13 @@ class InvConv1x1(LUFactors, InvertibleModule):
         check_channels(x, self.channels, "InvConv1x1")
         return F.conv2d(x, matrix.to(x.dtype)[:, :, None, None])
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
         return self._mix(x, self.weight())
 
-    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
+    def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
         return self._mix(z, self.inverse_weight())
 
-    def inverse_logdet(self, z: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def inverse_logdet(self, z: Tensor, flag: Tensor | None = None) -> tuple[Tensor, Tensor]:
         pixels = z.shape[2] * z.shape[3]  # W^-1 at every pixel
         return self.inverse(z), (-pixels * self.log_abs_det()).to(z.dtype).expand(len(z))
 

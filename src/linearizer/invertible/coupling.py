@@ -2,10 +2,10 @@
 
 Conditioner interface
 ---------------------
-A conditioner is any ``nn.Module`` called as ``conditioner(u, cond) -> h`` with
+A conditioner is any ``nn.Module`` called as ``conditioner(u, flag) -> h`` with
 
 * ``u``: ``Tensor[B, C_c, H, W]``, the half that is kept (read, not changed);
-* ``cond``: ``Tensor[B]`` or ``None``, the network's conditioning flag, passed unchanged;
+* ``flag``: ``Tensor[B]`` or ``None``, the network's conditioning flag, passed unchanged;
 * ``h``: ``Tensor[B, 2 * C_out, H, W]``, channels ``[0, C_out)`` are the shifts ``s`` and
   channels ``[C_out, 2 * C_out)`` the raw log-scales ``l`` of the ``C_out`` updated channels.
 
@@ -53,7 +53,7 @@ class AffineCoupling(InvertibleModule):
     submodule ``cond`` (the authors' key name).
 
     >>> class Shift(nn.Module):  # a toy conditioner: shift = u, log-scale = 0
-    ...     def forward(self, u, cond=None):
+    ...     def forward(self, u, flag=None):
     ...         return torch.cat([u, torch.zeros_like(u)], dim=1)
     >>> c = AffineCoupling(Shift())
     >>> x = torch.randn(2, 4, 3, 3)
@@ -100,10 +100,10 @@ class AffineCoupling(InvertibleModule):
         return torch.cat(pair, dim=1)
 
     def shift_log_scale(
-        self, kept: Tensor, width: int, cond: Tensor | None
+        self, kept: Tensor, width: int, flag: Tensor | None
     ) -> tuple[Tensor, Tensor]:
         """Shift and clamped log-scale for ``width`` changed channels, computed from ``kept``."""
-        h = run_conditioner(self.cond, kept, cond)
+        h = run_conditioner(self.cond, kept, flag)
         expected = (kept.shape[0], 2 * width, *kept.shape[2:])
         if tuple(h.shape) != expected:
             raise LinearizerError(
@@ -112,14 +112,14 @@ class AffineCoupling(InvertibleModule):
         shift = bound_shift(h[:, :width], self.shift_bound)
         return shift, clamp_log_scale(h[:, width:], self.clamp, self.clamp_mode)
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
         changed, kept = self._halves(x)
-        shift, log_scale = self.shift_log_scale(kept, changed.shape[1], cond)
+        shift, log_scale = self.shift_log_scale(kept, changed.shape[1], flag)
         return self._join((changed + shift) * torch.exp(log_scale), kept)
 
-    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
+    def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
         changed, kept = self._halves(z)
-        shift, log_scale = self.shift_log_scale(kept, changed.shape[1], cond)
+        shift, log_scale = self.shift_log_scale(kept, changed.shape[1], flag)
         return self._join(changed * torch.exp(-log_scale) - shift, kept)
 
     def extra_repr(self) -> str:

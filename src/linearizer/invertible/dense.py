@@ -53,7 +53,7 @@ class DenseConditioner(nn.Module):
         nn.init.zeros_(self.fc_out.weight)
         nn.init.zeros_(self.fc_out.bias)
 
-    def forward(self, u: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, u: Tensor, flag: Tensor | None = None) -> Tensor:
         if tuple(u.shape[1:]) != self.shape_in:
             raise LinearizerError(
                 f"DenseConditioner reads inputs of shape [B, {', '.join(map(str, self.shape_in))}]"
@@ -61,7 +61,7 @@ class DenseConditioner(nn.Module):
             )
         h = self.fc_in(u.reshape(u.shape[0], -1))
         if self.embed is not None:
-            h = h + self.embed(flag_features(cond, u.shape[0], self.cond_dim, u))
+            h = h + self.embed(flag_features(flag, u.shape[0], self.cond_dim, u))
         return self.fc_out(F.relu(h)).reshape(u.shape[0], *self.shape_out)
 
     def extra_repr(self) -> str:

@@ -124,20 +124,35 @@ def build_network(
     """
     if cfg.kind == "paper":
         return paper_network(
-            in_channels=channels, img_size=cfg.img_size, num_blocks=cfg.blocks,
-            model_channels=cfg.hidden, dropout=cfg.dropout, channel_mult=cfg.unet_channel_mult,
-            unet_blocks=cfg.unet_blocks, attn_resolutions=cfg.unet_attn, clamp=cfg.clamp,
-        )  # fmt: skip
+            in_channels=channels,
+            img_size=cfg.img_size,
+            num_blocks=cfg.blocks,
+            model_channels=cfg.hidden,
+            dropout=cfg.dropout,
+            channel_mult=cfg.unet_channel_mult,
+            unet_blocks=cfg.unet_blocks,
+            attn_resolutions=cfg.unet_attn,
+            clamp=cfg.clamp,
+        )
     if cfg.logit and not conditioned:
         raise LinearizerError(
             "config key 'network.logit' needs a flagged network (the flow's g_data); this model's "
             "network takes no flag"
         )
     return cpu_network(
-        in_channels=channels, num_blocks=cfg.blocks, hidden=cfg.hidden,
-        clamp_mode=cfg.clamp_mode, clamp=cfg.clamp, dropout=cfg.dropout,
-        flag_norm=cfg.flag_actnorm and conditioned, levels=cfg.levels, logit=cfg.logit,
-        dense_blocks=cfg.dense_blocks, dense_hidden=cfg.dense_hidden, img_size=cfg.img_size,
-        shift_bound=cfg.shift_bound, logit_tails=cfg.logit_tails,
+        in_channels=channels,
+        num_blocks=cfg.blocks,
+        hidden=cfg.hidden,
+        clamp_mode=cfg.clamp_mode,
+        clamp=cfg.clamp,
+        dropout=cfg.dropout,
+        flag_norm=cfg.flag_actnorm and conditioned,
+        levels=cfg.levels,
+        logit=cfg.logit,
+        dense_blocks=cfg.dense_blocks,
+        dense_hidden=cfg.dense_hidden,
+        img_size=cfg.img_size,
+        shift_bound=cfg.shift_bound,
+        logit_tails=cfg.logit_tails,
         **({} if conditioned else {"cond_dim": 0}),
-    )  # fmt: skip
+    )

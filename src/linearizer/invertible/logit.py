@@ -24,7 +24,7 @@ TAILS = ("sigmoid", "linear")
 
 class FlagLogit(InvertibleModule):
     """``logit(alpha + (1 - 2 alpha) x)`` on the rows whose flag is 1 (data); the identity on
-    the others (noise, flag 0; ``cond=None`` means flag 0, as for :class:`FlagActNorm`).
+    the others (noise, flag 0; ``flag=None`` means flag 0, as for :class:`FlagActNorm`).
 
     ``tails="sigmoid"``: the map is a bijection from the open interval ``(lo, hi) =
     (-alpha / (1 - 2 alpha), 1 + alpha / (1 - 2 alpha))`` onto the real line. The interval's
@@ -60,10 +60,10 @@ class FlagLogit(InvertibleModule):
         self.edge = math.log((1.0 - self.alpha) / self.alpha)  # the logit of pixel 1
         self.slope = self.width / (self.alpha * (1.0 - self.alpha))  # its derivative there
 
-    def _on_data_rows(self, x: Tensor, cond: Tensor | None, fn) -> Tensor:  # noqa: ANN001
-        if cond is None:
+    def _on_data_rows(self, x: Tensor, flag: Tensor | None, fn) -> Tensor:  # noqa: ANN001
+        if flag is None:
             return x
-        data = cond.reshape(-1) == DATA_FLAG
+        data = flag.reshape(-1) == DATA_FLAG
         if bool(data.all()):
             return fn(x)
         rows = data.nonzero().flatten()
@@ -95,11 +95,11 @@ class FlagLogit(InvertibleModule):
             return (torch.sigmoid(inside) - self.alpha) / self.width + (y - inside) / self.slope
         return (torch.sigmoid(y) - self.alpha) / self.width
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
-        return self._on_data_rows(x, cond, self._logit)
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
+        return self._on_data_rows(x, flag, self._logit)
 
-    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
-        return self._on_data_rows(z, cond, self._sigmoid)
+    def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
+        return self._on_data_rows(z, flag, self._sigmoid)
 
     def extra_repr(self) -> str:
         tails = "" if self.tails == "sigmoid" else f", tails={self.tails!r}"

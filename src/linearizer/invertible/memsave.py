@@ -20,7 +20,7 @@ The pieces are the finest invertible parts: a :class:`~linearizer.invertible.net
 is split into its ActNorm, its two couplings and its 1x1 mix. Requirements, all met by this
 package's networks: every piece is exactly invertible and deterministic between the forward and
 the backward pass (:class:`~linearizer.invertible.dropout.SharedDropout` redraws the same mask; an
-``nn.Dropout`` would not), and ``cond`` needs no gradient. A train-mode ActNorm that is not yet
+``nn.Dropout`` would not), and ``flag`` needs no gradient. A train-mode ActNorm that is not yet
 initialised would initialise itself inside the backward pass, so such networks (and calls without
 gradients) take the ordinary path.
 
@@ -67,18 +67,18 @@ def pieces(net: nn.Module) -> list[nn.Module]:
     return [net]
 
 
-def forward(net: nn.Module, x: Tensor, cond: float | Tensor | None = None) -> Tensor:
-    """``net(x, cond)`` with memory-saving backpropagation (same value, same gradients)."""
-    return _run(net, x, cond, inverse=False)
+def forward(net: nn.Module, x: Tensor, flag: float | Tensor | None = None) -> Tensor:
+    """``net(x, flag)`` with memory-saving backpropagation (same value, same gradients)."""
+    return _run(net, x, flag, inverse=False)
 
 
-def inverse(net: nn.Module, z: Tensor, cond: float | Tensor | None = None) -> Tensor:
-    """``net.inverse(z, cond)`` with memory-saving backpropagation."""
-    return _run(net, z, cond, inverse=True)
+def inverse(net: nn.Module, z: Tensor, flag: float | Tensor | None = None) -> Tensor:
+    """``net.inverse(z, flag)`` with memory-saving backpropagation."""
+    return _run(net, z, flag, inverse=True)
 
 
-def _needs_plain_path(chain: Sequence[nn.Module], x: Tensor, cond) -> bool:
-    if not torch.is_grad_enabled() or (isinstance(cond, Tensor) and cond.requires_grad):
+def _needs_plain_path(chain: Sequence[nn.Module], x: Tensor, flag) -> bool:
+    if not torch.is_grad_enabled() or (isinstance(flag, Tensor) and flag.requires_grad):
         return True
     for piece in chain:
         for m in piece.modules():
@@ -87,20 +87,20 @@ def _needs_plain_path(chain: Sequence[nn.Module], x: Tensor, cond) -> bool:
     return not (x.requires_grad or any(p.requires_grad for c in chain for p in c.parameters()))
 
 
-def _run(net: nn.Module, x: Tensor, cond, inverse: bool) -> Tensor:
+def _run(net: nn.Module, x: Tensor, flag, inverse: bool) -> Tensor:
     chain = pieces(net)
-    if _needs_plain_path(chain, x, cond):
-        return _step(net, x, cond, inverse)
+    if _needs_plain_path(chain, x, flag):
+        return _step(net, x, flag, inverse)
     if isinstance(net, InvertibleNetwork):
         # The network's own checks and flag broadcasting, then its (cheap, stateless) squeeze.
-        cond, squeeze = net._prepare(x, cond), net.squeeze
+        flag, squeeze = net._prepare(x, flag), net.squeeze
     else:
-        cond, squeeze = as_cond(cond, x.shape[0], x), None
+        flag, squeeze = as_cond(flag, x.shape[0], x), None
     if squeeze is not None:
         x = squeeze(x)
     order = list(reversed(chain)) if inverse else chain
     params = _unique_params(order)
-    y = _MemorySaving.apply(order, inverse, cond, x, *params)
+    y = _MemorySaving.apply(order, inverse, flag, x, *params)
     return y if squeeze is None else squeeze.inverse(y)
 
 
@@ -109,11 +109,11 @@ def _unique_params(chain: Sequence[nn.Module]) -> list[nn.Parameter]:
     return list(unique.values())
 
 
-def _step(piece: nn.Module, x: Tensor, cond, inverse: bool) -> Tensor:
-    return cast(InvertibleModule, piece).inverse(x, cond) if inverse else piece(x, cond)
+def _step(piece: nn.Module, x: Tensor, flag, inverse: bool) -> Tensor:
+    return cast(InvertibleModule, piece).inverse(x, flag) if inverse else piece(x, flag)
 
 
-def _coupling_backward(c: AffineCoupling, y: Tensor, grad: Tensor, cond, inverse: bool, own):
+def _coupling_backward(c: AffineCoupling, y: Tensor, grad: Tensor, flag, inverse: bool, own):
     """Input, input gradient and parameter gradients of one coupling, from its output.
 
     The kept half is the same on both sides, so one conditioner call (with gradients) gives the
@@ -123,7 +123,7 @@ def _coupling_backward(c: AffineCoupling, y: Tensor, grad: Tensor, cond, inverse
     changed_y, kept = c._halves(y)
     with torch.enable_grad():
         kept_in = kept.detach().requires_grad_(True)
-        shift, log_scale = c.shift_log_scale(kept_in, changed_y.shape[1], cond)
+        shift, log_scale = c.shift_log_scale(kept_in, changed_y.shape[1], flag)
         # the piece ran as y = x exp(-l) - s (inverse) or y = (x + s) exp(l) (forward)
         with torch.no_grad():
             if inverse:
@@ -142,14 +142,14 @@ class _MemorySaving(torch.autograd.Function):
     """One autograd node for a chain of invertible pieces; stores only the chain's output."""
 
     @staticmethod
-    def forward(ctx, order, inverse, cond, x, *params):  # noqa: ANN001, ANN205
+    def forward(ctx, order, inverse, flag, x, *params):  # noqa: ANN001, ANN205
         with torch.no_grad():
             y = x
             for piece in order:
-                y = _step(piece, y, cond, inverse)
+                y = _step(piece, y, flag, inverse)
         if y is x:  # an empty chain: the output must be a new tensor
             y = x.clone()
-        ctx.order, ctx.inverse, ctx.cond, ctx.params = order, inverse, cond, params
+        ctx.order, ctx.inverse, ctx.flag, ctx.params = order, inverse, flag, params
         ctx.save_for_backward(y)
         return y
 
@@ -162,13 +162,13 @@ class _MemorySaving(torch.autograd.Function):
         for piece in reversed(ctx.order):
             own = [p for p in piece.parameters() if id(p) in slot]
             if isinstance(piece, AffineCoupling):
-                x, grad, found = _coupling_backward(piece, y, grad, ctx.cond, ctx.inverse, own)
+                x, grad, found = _coupling_backward(piece, y, grad, ctx.flag, ctx.inverse, own)
             else:
                 with torch.no_grad():  # the piece's input, from its output by the exact inverse
-                    x = _step(piece, y, ctx.cond, not ctx.inverse)
+                    x = _step(piece, y, ctx.flag, not ctx.inverse)
                 with torch.enable_grad():
                     x_in = x.detach().requires_grad_(True)
-                    out = _step(piece, x_in, ctx.cond, ctx.inverse)
+                    out = _step(piece, x_in, ctx.flag, ctx.inverse)
                     found = torch.autograd.grad(out, [x_in, *own], grad, allow_unused=True)
                 grad, found = found[0], found[1:]
             for p, g in zip(own, found):

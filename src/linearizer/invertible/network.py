@@ -59,12 +59,12 @@ class CouplingBlock(InvertibleModule):
         self.G = AffineCoupling(make_conditioner(first, 2 * second), "second", clamp, clamp_mode)
         self.mix = InvConv1x1(channels)
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
-        return self.mix(self.G(self.F(self.actnorm(x, cond), cond), cond))
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
+        return self.mix(self.G(self.F(self.actnorm(x, flag), flag), flag))
 
-    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
-        z = self.F.inverse(self.G.inverse(self.mix.inverse(z), cond), cond)
-        return self.actnorm.inverse(z, cond)
+    def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
+        z = self.F.inverse(self.G.inverse(self.mix.inverse(z), flag), flag)
+        return self.actnorm.inverse(z, flag)
 
 
 class CoarserLevel(InvertibleModule):
@@ -96,11 +96,11 @@ class CoarserLevel(InvertibleModule):
             for _ in range(num_blocks)
         )
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
-        return self.squeeze.inverse(run_blocks(self.blocks, self.squeeze(x), cond))
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
+        return self.squeeze.inverse(run_blocks(self.blocks, self.squeeze(x), flag))
 
-    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
-        return self.squeeze.inverse(run_blocks(self.blocks, self.squeeze(z), cond, inverse=True))
+    def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
+        return self.squeeze.inverse(run_blocks(self.blocks, self.squeeze(z), flag, inverse=True))
 
 
 class InvertibleNetwork(InvertibleModule):
@@ -112,7 +112,7 @@ class InvertibleNetwork(InvertibleModule):
     or ``2^(levels - 1)``.
 
     ``squeeze=None`` squeezes exactly when ``in_channels`` is odd (as the authors), so a
-    one-channel image gets four channels to split. ``cond`` may be ``None``, a float, a 0-d
+    one-channel image gets four channels to split. ``flag`` may be ``None``, a float, a 0-d
     tensor or a ``[B]`` tensor.
 
     ``tail`` blocks run after all the others, at the top level's resolution (the
@@ -168,8 +168,9 @@ class InvertibleNetwork(InvertibleModule):
         ]
         host: list | nn.ModuleList = blocks
         for level in range(1, levels):
-            coarse = CoarserLevel(width * 4 ** (level - 1), num_blocks, make_conditioner, clamp,
-                                  clamp_mode, flag_norm)  # fmt: skip
+            coarse = CoarserLevel(
+                width * 4 ** (level - 1), num_blocks, make_conditioner, clamp, clamp_mode, flag_norm
+            )
             host.append(coarse)  # nested: each level runs at half the resolution of its host
             host = coarse.blocks
         self.blocks = nn.ModuleList([*blocks, *tail])
@@ -178,17 +179,17 @@ class InvertibleNetwork(InvertibleModule):
         self.levels = levels
         self.divisor = 2 ** (levels - 1 + (1 if squeeze else 0))
 
-    def _prepare(self, x: Tensor, cond: float | Tensor | None) -> Tensor | None:
+    def _prepare(self, x: Tensor, flag: float | Tensor | None) -> Tensor | None:
         check_channels(x, self.in_channels, type(self).__name__)
         if x.shape[2] % self.divisor or x.shape[3] % self.divisor:
             raise LinearizerError(
                 f"{type(self).__name__} squeezes 2x2 and needs height and width divisible by "
                 f"{self.divisor}, got {x.shape[2]}x{x.shape[3]}"
             )
-        cond = as_cond(cond, x.shape[0], x)
-        if cond is not None and tuple(cond.shape) != (x.shape[0],):
-            raise LinearizerError(f"cond must have shape [{x.shape[0]}], got {tuple(cond.shape)}")
-        return cond
+        flag = as_cond(flag, x.shape[0], x)
+        if flag is not None and tuple(flag.shape) != (x.shape[0],):
+            raise LinearizerError(f"flag must have shape [{x.shape[0]}], got {tuple(flag.shape)}")
+        return flag
 
     def _wide_tail(self, like: Tensor) -> nn.ModuleList | None:
         """The tail's cached float64 copy, when ``like`` is to run through it: out of training
@@ -202,36 +203,36 @@ class InvertibleNetwork(InvertibleModule):
             hit = self._wide["tail"] = (version, copy.deepcopy(own).double().requires_grad_(False))
         return hit[1]
 
-    def forward(self, x: Tensor, cond: float | Tensor | None = None) -> Tensor:
-        cond = self._prepare(x, cond)
+    def forward(self, x: Tensor, flag: float | Tensor | None = None) -> Tensor:
+        flag = self._prepare(x, flag)
         if self.logit is not None:
-            x = self.logit(x, cond)
+            x = self.logit(x, flag)
         if self.squeeze is not None:
             x = self.squeeze(x)
-        x = run_blocks(self.blocks[: self.tail_start], x, cond)
+        x = run_blocks(self.blocks[: self.tail_start], x, flag)
         tail = self._wide_tail(x)
         if tail is None:
             tail = self.blocks[self.tail_start :]
         else:
-            x, cond = x.double(), None if cond is None else cond.double()
-        x = run_blocks(tail, x, cond)
+            x, flag = x.double(), None if flag is None else flag.double()
+        x = run_blocks(tail, x, flag)
         return x if self.squeeze is None else self.squeeze.inverse(x)
 
-    def inverse(self, z: Tensor, cond: float | Tensor | None = None) -> Tensor:
-        cond = self._prepare(z, cond)
+    def inverse(self, z: Tensor, flag: float | Tensor | None = None) -> Tensor:
+        flag = self._prepare(z, flag)
         dtype = self._dtype()
         if self.squeeze is not None:
             z = self.squeeze(z)
         wide = self._wide_tail(z.to(dtype))
         if wide is None:
-            z = run_blocks(self.blocks[self.tail_start :], z, cond, inverse=True)
+            z = run_blocks(self.blocks[self.tail_start :], z, flag, inverse=True)
         else:
-            flag = None if cond is None else cond.double()
+            flag = None if flag is None else flag.double()
             z = run_blocks(wide, z.double(), flag, inverse=True).to(dtype)
-        z = run_blocks(self.blocks[: self.tail_start], z, cond, inverse=True)
+        z = run_blocks(self.blocks[: self.tail_start], z, flag, inverse=True)
         if self.squeeze is not None:
             z = self.squeeze.inverse(z)
-        return z if self.logit is None else self.logit.inverse(z, cond)
+        return z if self.logit is None else self.logit.inverse(z, flag)
 
     def _dtype(self) -> torch.dtype:
         param = next(self.parameters(), None)
@@ -283,11 +284,22 @@ def cpu_network(
             DenseConditioner, height=side, width=side, hidden=dense_hidden, cond_dim=cond_dim
         )
         width = 4 * in_channels if squeezed else in_channels
-        tail = [CouplingBlock(width, make_dense, clamp, clamp_mode, flag_norm)
-                for _ in range(dense_blocks)]  # fmt: skip
-    net = InvertibleNetwork(in_channels, num_blocks, make, clamp=clamp, clamp_mode=clamp_mode,
-                            flag_norm=flag_norm, levels=levels, logit=logit,
-                            tail=tail, logit_tails=logit_tails)  # fmt: skip
+        tail = [
+            CouplingBlock(width, make_dense, clamp, clamp_mode, flag_norm)
+            for _ in range(dense_blocks)
+        ]
+    net = InvertibleNetwork(
+        in_channels,
+        num_blocks,
+        make,
+        clamp=clamp,
+        clamp_mode=clamp_mode,
+        flag_norm=flag_norm,
+        levels=levels,
+        logit=logit,
+        tail=tail,
+        logit_tails=logit_tails,
+    )
     if shift_bound < 0:
         raise LinearizerError(f"shift_bound must be >= 0 (0: unbounded), got {shift_bound}")
     for coupling in net.modules():

@@ -5,8 +5,8 @@ kept half, which passes through unchanged; lowering the conditioner's precision 
 shifts and log-scales. On CPUs with bfloat16 dot products (AVX512-BF16, AMX) and on GPUs, the
 conditioners' convolutions and matrix products dominate a training step. Everything else (the
 couplings' affine maps, ActNorm, the 1x1 mixes, the operator and the loss) stays in the input's
-precision. On a 2-core AVX512-BF16 CPU the ``cpu`` preset made 27 % more steps in 25 minutes
-this way, but its samples got worse (docs/flow/ablation.md), so no preset uses it.
+precision. It buys more steps in the same time, but the samples it gave were worse
+(docs/flow/ablation.md has the measurement), so no preset uses it.
 
 A *stack* of couplings inverts only to about bfloat16's precision this way: float32 rounding in
 one coupling's inverse can move a kept value across a bfloat16 rounding boundary of the next
@@ -58,16 +58,16 @@ def conditioners_in(precision: str) -> Iterator[None]:
         _DTYPE.reset(token)
 
 
-def run_conditioner(net: Callable[..., Tensor], kept: Tensor, cond: Tensor | None) -> Tensor:
-    """``net(kept, cond)``, under autocast inside :func:`conditioners_in`, in ``kept``'s dtype.
+def run_conditioner(net: Callable[..., Tensor], kept: Tensor, flag: Tensor | None) -> Tensor:
+    """``net(kept, flag)``, under autocast inside :func:`conditioners_in`, in ``kept``'s dtype.
 
     Only float32 inputs are lowered: a float64 pass (the exactness checks) stays float64.
     """
     dtype = _DTYPE.get()
     if dtype is None or kept.dtype != torch.float32:
-        return net(kept, cond)
+        return net(kept, flag)
     with torch.autocast(kept.device.type, dtype=dtype):
-        out = net(kept, cond)
+        out = net(kept, flag)
     return out.to(kept.dtype)
 
 

@@ -11,18 +11,18 @@ from .base import InvertibleModule
 
 
 def run_blocks(
-    blocks: Iterable[nn.Module], x: Tensor, cond: Tensor | None, inverse: bool = False
+    blocks: Iterable[nn.Module], x: Tensor, flag: Tensor | None, inverse: bool = False
 ) -> Tensor:
     """``x`` through ``blocks`` in order, or through their inverses in reverse order."""
     for block in reversed(list(blocks)) if inverse else blocks:
-        x = cast(InvertibleModule, block).inverse(x, cond) if inverse else block(x, cond)
+        x = cast(InvertibleModule, block).inverse(x, flag) if inverse else block(x, flag)
     return x
 
 
 class InvertibleSequential(InvertibleModule):
     """Apply blocks in order; the inverse applies their inverses in reverse order.
 
-    ``cond`` is handed to every block.
+    ``flag`` is handed to every block.
 
     >>> import torch
     >>> from linearizer.invertible import ActNorm, Squeeze
@@ -36,11 +36,11 @@ class InvertibleSequential(InvertibleModule):
         super().__init__()
         self.blocks = nn.ModuleList(blocks)
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
-        return run_blocks(self.blocks, x, cond)
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
+        return run_blocks(self.blocks, x, flag)
 
-    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
-        return run_blocks(self.blocks, z, cond, inverse=True)
+    def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
+        return run_blocks(self.blocks, z, flag, inverse=True)
 
     def __len__(self) -> int:
         return len(self.blocks)

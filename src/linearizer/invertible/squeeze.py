@@ -21,7 +21,7 @@ class Squeeze(InvertibleModule):
     [0.0, 1.0, 4.0, 5.0]
     """
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
         check_channels(x, None, "Squeeze")
         b, c, h, w = x.shape
         if h % 2 or w % 2:
@@ -29,7 +29,7 @@ class Squeeze(InvertibleModule):
         x = x.reshape(b, c, h // 2, 2, w // 2, 2).permute(0, 1, 3, 5, 2, 4)
         return x.reshape(b, 4 * c, h // 2, w // 2)
 
-    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
+    def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
         check_channels(z, None, "Squeeze.inverse")
         b, c4, h, w = z.shape
         if c4 % 4:

@@ -235,20 +235,20 @@ class PaperUNet(nn.Module):
         self.out_norm = _norm(ch)
         self.out_conv = _conv(ch, out_channels, 3, factor=1e-5)
 
-    def embed_time(self, cond: Tensor | None, batch: int, ref: Tensor) -> Tensor:
+    def embed_time(self, flag: Tensor | None, batch: int, ref: Tensor) -> Tensor:
         """The shared block embedding ``silu(W1 silu(W0 e(tau)))`` for a ``[B]`` flag."""
-        if cond is None:
+        if flag is None:
             tau = torch.zeros(batch, dtype=ref.dtype, device=ref.device)
         else:
-            tau = torch.as_tensor(cond, device=ref.device).to(ref.dtype).reshape(-1)
+            tau = torch.as_tensor(flag, device=ref.device).to(ref.dtype).reshape(-1)
             if tau.numel() == 1 and batch != 1:
                 tau = tau.expand(batch)
             if tau.shape[0] != batch:
-                raise LinearizerError(f"cond must have shape [{batch}], got {list(tau.shape)}")
+                raise LinearizerError(f"flag must have shape [{batch}], got {list(tau.shape)}")
         e = time_features(tau, self.time_channels)
         return F.silu(self.time_mlp1(F.silu(self.time_mlp0(e))))
 
-    def forward(self, u: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, u: Tensor, flag: Tensor | None = None) -> Tensor:
         if u.dim() != 4 or u.shape[1] != self.in_channels:
             raise LinearizerError(
                 f"PaperUNet expects [B, {self.in_channels}, H, W], got {list(u.shape)}"
@@ -257,7 +257,7 @@ class PaperUNet(nn.Module):
             raise LinearizerError(
                 f"PaperUNet input {u.shape[2]}x{u.shape[3]} is not divisible by 2^{self.levels - 1}"
             )
-        emb = self.embed_time(cond, u.shape[0], u)
+        emb = self.embed_time(flag, u.shape[0], u)
         x = u
         skips = []
         for layer, (role, _, _) in zip(self.encoder, self.encoder_roles):

@@ -173,11 +173,7 @@ def kid_lenet(
     """KID (LeNet) between two image sets: (mean, std) over random subsets."""
     model = model or load_classifier()
     return kid_from_features(
-        lenet_features(samples, model),
-        lenet_features(reference, model),
-        subset_size,
-        subsets,
-        seed,
+        lenet_features(samples, model), lenet_features(reference, model), subset_size, subsets, seed
     )
 
 

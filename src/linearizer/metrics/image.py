@@ -72,11 +72,15 @@ def psnr(a, b, data_range: float = 1.0, reduction: str = "mean"):
     return _reduce(psnr_from_mse(mse, data_range), reduction, "psnr")
 
 
-def gaussian_window(size: int = 11, sigma: float = 1.5, dtype=torch.float64) -> Tensor:
-    """Normalised 1-D Gaussian of odd length ``size``."""
+def gaussian_window(size: int = 11, sigma: float = 1.5, dtype=torch.float64, device=None) -> Tensor:
+    """Normalised 1-D Gaussian of odd length ``size`` (computed in ``dtype`` on ``device``).
+
+    >>> gaussian_window(3, 1.0).tolist() == gaussian_window(3, 1.0).flip(0).tolist()
+    True
+    """
     if size < 1 or size % 2 == 0 or sigma <= 0:
         raise LinearizerError(f"window size must be odd and sigma positive, got {size}, {sigma}")
-    x = torch.arange(size, dtype=dtype) - (size - 1) / 2
+    x = torch.arange(size, dtype=dtype, device=device) - (size - 1) / 2
     w = torch.exp(-(x**2) / (2 * sigma**2))
     return w / w.sum()
 

@@ -139,8 +139,10 @@ class TimeLoRA(LinearOperator):
         """``c`` as ``n`` int64 labels on the weights' device (None for an unconditional op)."""
         if c is None:
             if self.classes:
-                raise LinearizerError("this operator is class-conditional: pass c (a label in "
-                                      f"0..{self.classes - 1}, or {self.null} for none)")
+                raise LinearizerError(
+                    "this operator is class-conditional: pass c (a label in "
+                    f"0..{self.classes - 1}, or {self.null} for none)"
+                )
             return None
         if not self.classes:
             raise LinearizerError("this operator is not class-conditional: it takes no class")
@@ -150,8 +152,9 @@ class TimeLoRA(LinearOperator):
         if len(cc) != n:
             raise LinearizerError(f"c has {len(cc)} labels for {n} times")
         if bool(((cc < 0) | (cc > self.null)).any()):
-            raise LinearizerError(f"class labels must lie in 0..{self.null}, got "
-                                  f"{sorted(set(cc.tolist()))}")  # fmt: skip
+            raise LinearizerError(
+                f"class labels must lie in 0..{self.null}, got {sorted(set(cc.tolist()))}"
+            )
         return cc
 
     def _times(self, t: float | Tensor | None) -> tuple[Tensor, bool]:
@@ -198,7 +201,8 @@ class TimeLoRA(LinearOperator):
             u, v = self._stacked_factors(times)
         else:
             keys, counts = torch.unique_consecutive(
-                torch.stack([tt, cc.to(tt.dtype)], 1), dim=0, return_counts=True)
+                torch.stack([tt, cc.to(tt.dtype)], 1), dim=0, return_counts=True
+            )
             if isinstance(self.u_net[-2], nn.Linear) and 4 * len(keys) > len(tt) and batched:
                 return self._act_rows(z, tt, cc, left)
             times = keys[:, 0]
@@ -222,11 +226,11 @@ class TimeLoRA(LinearOperator):
         hu = _run(body_u, tt, self.u_class(cc))
         hv = _run(body_v, tt, self.v_class(cc))
         u_last, v_last = cast(nn.Linear, self.u_net[-1]), cast(nn.Linear, self.v_net[-1])
-        (h_in, last_in), (h_out, last_out) = ((hv, v_last), (hu, u_last))[
-            :: 1 if left == 0 else -1]  # fmt: skip
+        (h_in, last_in), (h_out, last_out) = ((hv, v_last), (hu, u_last))[:: 1 if left == 0 else -1]
         coeff = _contract(z, h_in, last_in, self.rank)
-        return _expand(coeff * self.v_scale if self.v_scale != 1.0 else coeff, h_out, last_out,
-                       self.rank)  # fmt: skip
+        return _expand(
+            coeff * self.v_scale if self.v_scale != 1.0 else coeff, h_out, last_out, self.rank
+        )
 
     def forward(
         self, z: Tensor, t: float | Tensor | None = None, c: int | Tensor | None = None

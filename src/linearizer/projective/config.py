@@ -84,18 +84,39 @@ class ProjectiveConfig(TrainConfig):
 
 
 _SMOKE = dict(
-    data=DataConfig(dataset="synthetic"), network=NetworkConfig(img_size=16, blocks=1, hidden=8),
-    rank=8, match_dirs=16, ign_width=4,
-    ign_latent=8, batch_size=16, max_steps=6, lr=1e-3, ckpt_every=3, log_every=1,
-    ema_decay=0.9, ema_warmup=2, n_samples=16, threads=1,
-)  # fmt: skip
+    data=DataConfig(dataset="synthetic"),
+    network=NetworkConfig(img_size=16, blocks=1, hidden=8),
+    rank=8,
+    match_dirs=16,
+    ign_width=4,
+    ign_latent=8,
+    batch_size=16,
+    max_steps=6,
+    lr=1e-3,
+    ckpt_every=3,
+    log_every=1,
+    ema_decay=0.9,
+    ema_warmup=2,
+    n_samples=16,
+    threads=1,
+)
 # Same wall time for both models: the 12-minute budget ends the run (max_steps is out of reach),
 # so the learning rate is constant after warm-up. One thread: the machine is shared.
 _CPU = dict(
-    batch_size=128, max_steps=100_000, max_minutes=12.0, lr=1e-3, warmup_steps=50,
-    schedule="constant", grad_clip=1.0, ema_decay=0.999, ema_warmup=200, ckpt_every=250,
-    log_every=25, eval_every=1000, threads=1,
-)  # fmt: skip
+    batch_size=128,
+    max_steps=100_000,
+    max_minutes=12.0,
+    lr=1e-3,
+    warmup_steps=50,
+    schedule="constant",
+    grad_clip=1.0,
+    ema_decay=0.999,
+    ema_warmup=200,
+    ckpt_every=250,
+    log_every=25,
+    eval_every=1000,
+    threads=1,
+)
 # IGN's published optimiser: Adam, betas (0.5, 0.999); the cpu preset raises its lr like ours.
 _IGN = dict(model="ign", betas=(0.5, 0.999), grad_clip=0.0)
 
@@ -108,16 +129,36 @@ CPU_IGN = ProjectiveConfig(**{**_CPU, **_IGN, "lr": 5e-4})
 PAPER = ProjectiveConfig(
     network=NetworkConfig(kind="paper", blocks=4, hidden=16, clamp=5.0, clamp_mode="hard"),
     rank=64,
-    batch_size=256, lr=1e-4, max_steps=47_000, warmup_steps=500, ema_decay=0.999,
-    ema_warmup=1000, ckpt_every=2350, log_every=50, eval_every=2350,
-)  # fmt: skip
+    batch_size=256,
+    lr=1e-4,
+    max_steps=47_000,
+    warmup_steps=500,
+    ema_decay=0.999,
+    ema_warmup=1000,
+    ckpt_every=2350,
+    log_every=50,
+    eval_every=2350,
+)
 PAPER_IGN = ProjectiveConfig(
-    model="ign", ign_width=32, ign_latent=128, batch_size=256, lr=1e-4, betas=(0.5, 0.999),
-    max_steps=47_000, ema_decay=0.0, ckpt_every=2350, log_every=50, eval_every=2350,
-)  # fmt: skip
+    model="ign",
+    ign_width=32,
+    ign_latent=128,
+    batch_size=256,
+    lr=1e-4,
+    betas=(0.5, 0.999),
+    max_steps=47_000,
+    ema_decay=0.0,
+    ckpt_every=2350,
+    log_every=50,
+    eval_every=2350,
+)
 
 for _name, _cfg in (
-    ("smoke", SMOKE), ("cpu", CPU), ("paper", PAPER),
-    ("smoke-ign", SMOKE_IGN), ("cpu-ign", CPU_IGN), ("paper-ign", PAPER_IGN),
-):  # fmt: skip
+    ("smoke", SMOKE),
+    ("cpu", CPU),
+    ("paper", PAPER),
+    ("smoke-ign", SMOKE_IGN),
+    ("cpu-ign", CPU_IGN),
+    ("paper-ign", PAPER_IGN),
+):
     register_preset("projective", _name, _cfg)

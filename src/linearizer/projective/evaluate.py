@@ -255,8 +255,9 @@ def measurements_report(results: dict[str, Any], meta: dict[str, Any]) -> str:
         "Projective model: measurements",
         f"n = {meta['n']} inputs per family, seed {meta['seed']}; runs: {runs}",
         markdown_table(["measurement", *models], table),
-        "Reference points:", points,
+        "Reference points:",
+        points,
         "Idempotence error: |f(f(x)) - f(x)| / |f(x)| per input, float32. Families: data = test "
         f"digits, noise = source noise, far = noise x{FAR_SCALE:g}, ood = another dataset, "
         "corrupt_* = corrupted test digits.",
-    )  # fmt: skip
+    )

@@ -50,6 +50,8 @@ True
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor, nn
 
@@ -64,8 +66,8 @@ class ProjectiveModel(ImageModel):
     exact projector on the flattened latent. ``flag`` is the constant conditioning value handed
     to ``net`` (``None`` for unconditioned networks); the same for every input, so ``g_x = g_y``.
 
-    :attr:`generator` is this map as a :class:`Linearizer` (``model.generator.svd(k)``,
-    ``.pinv(y)``, ``.project(x)``).
+    :meth:`generator` is this map as a :class:`Linearizer` (``model.generator().svd(k)``,
+    ``.pinv(y)``, ``.project(x)``), the same method every model of the package has.
     """
 
     def __init__(
@@ -102,7 +104,6 @@ class ProjectiveModel(ImageModel):
         """The one invertible network, seen at its fixed flag (both ``g_x`` and ``g_y``)."""
         return self.side(self.flag)
 
-    @property
     def generator(self) -> Linearizer:
         """``f = g^-1(A g(.))`` as a :class:`Linearizer` (``g_x = g_y``): its SVD,
         pseudo-inverse, projections and powers. One instance, so its caches persist."""
@@ -111,18 +112,25 @@ class ProjectiveModel(ImageModel):
         return self._generator[0]
 
     def as_linearizer(self) -> Linearizer:
-        """Alias of :attr:`generator`."""
-        return self.generator
+        """Deprecated alias of :meth:`generator`; warns and returns ``generator()``."""
+        warnings.warn(
+            "ProjectiveModel.as_linearizer() is deprecated; use generator()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.generator()
 
     # --- latent side ------------------------------------------------------------------------
-    def encode(self, x: Tensor) -> Tensor:
-        """``g(x)`` flattened to ``[B, D]``."""
+    def encode(self, x: Tensor, flag: float | None = None) -> Tensor:
+        """``G(x, flag)`` flattened to ``[B, D]``; ``flag=None`` is the model's own flag, so
+        ``encode(x)`` is ``g(x)``."""
         self.check_images(x, "inputs")
-        return self.encode_at(x, self.flag)
+        return self.encode_at(x, self.flag if flag is None else flag)
 
-    def decode(self, w: Tensor) -> Tensor:
-        """``g^-1(w)`` for latents ``[B, D]``, as images."""
-        return self.decode_at(w, self.flag)
+    def decode(self, w: Tensor, flag: float | None = None) -> Tensor:
+        """``G^-1(w, flag)`` for latents ``[B, D]``, as images; ``flag=None`` is the model's
+        own flag, so ``decode(w)`` is ``g^-1(w)``."""
+        return self.decode_at(w, self.flag if flag is None else flag)
 
     def basis(self) -> Tensor:
         """``[D, k]`` basis of ``range A`` in which :meth:`coords` are expressed."""

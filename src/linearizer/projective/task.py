@@ -58,13 +58,21 @@ class ProjectiveTask(ImageTask, kind=KIND, config=ProjectiveConfig):
         cfg, x = self.cfg, batch["x"]
         z = cfg.noise_std * rng.randn(*x.shape[1:], like=x)
         if cfg.model == "ign":
-            return ign_loss(model, x, z, cfg.rec_weight, cfg.idem_weight, cfg.tight_weight,
-                            cfg.tight_clamp)  # fmt: skip
+            return ign_loss(
+                model, x, z, cfg.rec_weight, cfg.idem_weight, cfg.tight_weight, cfg.tight_clamp
+            )
         dirs = None
         if cfg.match == "sliced":
             dirs = random_directions(cfg.rank, cfg.match_dirs, rng.int_seed("directions"), x)
-        return projective_loss(model, x, z, rec_weight=cfg.rec_weight, match=cfg.match,
-                               match_weight=cfg.match_weight, directions=dirs)  # fmt: skip
+        return projective_loss(
+            model,
+            x,
+            z,
+            rec_weight=cfg.rec_weight,
+            match=cfg.match,
+            match_weight=cfg.match_weight,
+            directions=dirs,
+        )
 
     def on_eval(self, model: nn.Module, step: int, run_dir: Path) -> dict[str, object]:
         f = as_trained(model)
@@ -72,8 +80,10 @@ class ProjectiveTask(ImageTask, kind=KIND, config=ProjectiveConfig):
         y = f(noise)
         yy = f(y)
         rel = ((yy - y).flatten(1).norm(dim=1) / y.flatten(1).norm(dim=1).clamp_min(1e-30)).max()
-        return {"samples": self.save_samples(y, step, run_dir, scale=2),
-                "idempotence_noise_max": float(rel)}  # fmt: skip
+        return {
+            "samples": self.save_samples(y, step, run_dir, scale=2),
+            "idempotence_noise_max": float(rel),
+        }
 
 
 def run_config(run_dir: str | Path) -> ProjectiveConfig:

@@ -146,8 +146,9 @@ def compare_samplers(
 def _collapse(ctx: Context, one_method: str, multi_method: str) -> tuple[dict[str, dict], dict]:
     """Both precisions' runs from the same noise, and their numbers (suffixed by precision)."""
     x0 = ctx.noise(ctx.opts.n, stream=10)
-    runs = {p: compare_samplers(ctx, x0, p, one_method, multi_method, ctx.opts.steps)
-            for p in SUFFIXES}  # fmt: skip
+    runs = {
+        p: compare_samplers(ctx, x0, p, one_method, multi_method, ctx.opts.steps) for p in SUFFIXES
+    }
     keys = ("psnr_db", "mse", "latent_rel_err", "max_abs_err")
     return runs, {k + s: runs[p][k] for k in keys for p, s in SUFFIXES.items()}
 
@@ -372,8 +373,9 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
             img = ctx.decode(model, z1.float(), DATA)
             key = f"{'one' if one else 'multi'}_step_t{steps}"
             feats = ctx.features(img)
-            kid = kid_from_features(feats, real_f, subset_size=min(1000, n),
-                                    subsets=ctx.opts.kid_subsets)  # fmt: skip
+            kid = kid_from_features(
+                feats, real_f, subset_size=min(1000, n), subsets=ctx.opts.kid_subsets
+            )
             sets[key] = {
                 "fid_lenet": fid_from_features(feats, real_f),
                 "kid_lenet": kid[0],

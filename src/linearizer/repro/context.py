@@ -86,9 +86,14 @@ class Context:
         return _batched(lambda b: model.decode(b, flag), z, self.opts.batch, self.device, dtype)
 
     def latents(
-        self, model: OneStepFlow, z0: Tensor, steps: int, method: str, dtype: torch.dtype,
+        self,
+        model: OneStepFlow,
+        z0: Tensor,
+        steps: int,
+        method: str,
+        dtype: torch.dtype,
         one_step: bool,
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         """Data latents from noise latents: ``B z0`` or the multi-step solver (as in ``sample``)."""
         z0 = z0.to(self.device)
         spec = self.spec(steps, method, str(dtype).removeprefix("torch."))

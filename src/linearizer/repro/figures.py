@@ -34,12 +34,15 @@ def collapse_figure(ctx: Context, path: Path) -> Path:
     fig = new_figure(11, 2.8)
     for i, (img, title) in enumerate(panels):
         show_images(fig.add_subplot(1, len(panels), i + 1), img, nrow=4, title=title)
-    caption(fig, (
-        "The same 16 noise draws through the collapsed one-step matrix B and through the "
-        "multi-step solver (float64 end to end unless marked). Difference panels are scaled so "
-        "their largest value is white (the value is printed): the Euler collapse agrees to "
-        "rounding, while the authors' first-order 'rk' matrix differs from true RK4 visibly."
-    ))  # fmt: skip
+    caption(
+        fig,
+        (
+            "The same 16 noise draws through the collapsed one-step matrix B and through the "
+            "multi-step solver (float64 end to end unless marked). Difference panels are scaled so "
+            "their largest value is white (the value is printed): the Euler collapse agrees to "
+            "rounding, while the authors' first-order 'rk' matrix differs from true RK4 visibly."
+        ),
+    )
     return save_figure(fig, path)
 
 
@@ -54,11 +57,15 @@ def inversion_figure(ctx: Context, path: Path) -> Path:
     ]
     fig = new_figure(7, 4.4)
     image_rows(fig, rows, nrow=len(inv["x1"]))
-    caption(fig, (
-        f"Inversion through B (Euler T={ctx.opts.steps}, float64): x0 = g_noise^-1(B^-1 "
-        "g_data(x1)) is the noise whose one-step sample is x1 (shown as 0.5 + x0/6). The last row "
-        "is the round-trip error, scaled so its maximum is white."
-    ))  # fmt: skip
+    caption(
+        fig,
+        (
+            f"Inversion through B (Euler T={ctx.opts.steps}, float64): x0 = g_noise^-1(B^-1 "
+            "g_data(x1)) is the noise whose one-step sample is x1 (shown as 0.5 + x0/6). The "
+            "last row "
+            "is the round-trip error, scaled so its maximum is white."
+        ),
+    )
     return save_figure(fig, path)
 
 
@@ -90,28 +97,41 @@ def interpolation_figure(ctx: Context, path: Path, steps: int = 10) -> Path:
     ]
     fig = new_figure(7.5, 3.2)
     image_rows(fig, [(label, images.cpu()) for label, images in rows], nrow=steps)
-    caption(fig, (
-        "Interpolating between two real test images, alpha = 0 ... 1. Top: invert both to noise "
-        "(through B^-1), blend the noise images linearly, sample in one step (the authors' "
-        "procedure). Middle: (1 - alpha) (.) a (+) alpha (.) b in the space induced by g_data, "
-        "which is exactly what the generator makes from the induced blend of the two noises. "
-        "Bottom: plain pixel blend for comparison."
-    ))  # fmt: skip
+    caption(
+        fig,
+        (
+            "Interpolating between two real test images, alpha = 0 ... 1. Top: invert both to "
+            "noise "
+            "(through B^-1), blend the noise images linearly, sample in one step (the authors' "
+            "procedure). Middle: (1 - alpha) (.) a (+) alpha (.) b in the space induced by g_data, "
+            "which is exactly what the generator makes from the induced blend of the two noises. "
+            "Bottom: plain pixel blend for comparison."
+        ),
+    )
     return save_figure(fig, path)
 
 
 def samples_figure(ctx: Context, path: Path) -> Path:
-    keys = [k for k in (f"samples_t{ctx.opts.steps}", f"samples_t{ctx.opts.long_steps}")
-            if k in ctx.keep]  # fmt: skip
+    keys = [
+        k
+        for k in (f"samples_t{ctx.opts.steps}", f"samples_t{ctx.opts.long_steps}")
+        if k in ctx.keep
+    ]
     real = ctx.test_images[:64]
     fig = new_figure(3.2 * (len(keys) + 1), 3.6)
     for i, key in enumerate(keys):
-        show_images(fig.add_subplot(1, len(keys) + 1, i + 1), ctx.keep[key], nrow=8,
-                    title=f"one-step, Euler T={key.split('_t')[1]}")  # fmt: skip
-    show_images(fig.add_subplot(1, len(keys) + 1, len(keys) + 1), real, nrow=8,
-                title="test images")  # fmt: skip
-    caption(fig, "One-step samples (float32 networks, float64 B) from the same noise at two "
-            "time grids, beside real test images.")  # fmt: skip
+        show_images(
+            fig.add_subplot(1, len(keys) + 1, i + 1),
+            ctx.keep[key],
+            nrow=8,
+            title=f"one-step, Euler T={key.split('_t')[1]}",
+        )
+    show_images(fig.add_subplot(1, len(keys) + 1, len(keys) + 1), real, nrow=8, title="test images")
+    caption(
+        fig,
+        "One-step samples (float32 networks, float64 B) from the same noise at two "
+        "time grids, beside real test images.",
+    )
     return save_figure(fig, path)
 
 
@@ -137,7 +157,10 @@ def training_figure(run_dir: Path, path: Path) -> Path | None:
         ax2.set_ylabel("learning rate")
     ax2.set_xlabel("step")
     ax2.grid(alpha=0.3)
-    caption(fig, f"Training curves of {run_dir} (metrics.jsonl): the total loss and its four "
-            "terms (latent x1-prediction, x0 and x1 reconstructions, decoded prediction), and "
-            "the learning-rate schedule.")  # fmt: skip
+    caption(
+        fig,
+        f"Training curves of {run_dir} (metrics.jsonl): the total loss and its four "
+        "terms (latent x1-prediction, x0 and x1 reconstructions, decoded prediction), and "
+        "the learning-rate schedule.",
+    )
     return save_figure(fig, path)

@@ -14,8 +14,13 @@ from ..data import grid_array
 def show_images(ax, images: Tensor | np.ndarray, nrow: int, title: str = "") -> None:
     """Tile images (values in [0, 1]; clamped) on ``ax`` as a grey grid."""
     arr = grid_array(images, nrow=nrow, padding=1)
-    ax.imshow(arr[..., 0] if arr.shape[-1] == 1 else arr, cmap="gray", vmin=0, vmax=255,
-              interpolation="nearest")  # fmt: skip
+    ax.imshow(
+        arr[..., 0] if arr.shape[-1] == 1 else arr,
+        cmap="gray",
+        vmin=0,
+        vmax=255,
+        interpolation="nearest",
+    )
     ax.set_xticks([])
     ax.set_yticks([])
     if title:

@@ -65,14 +65,17 @@ def train_preset(preset: str, run: Path, log: Log) -> float:
     from ..flow.config import FlowConfig
     from ..flow.task import FlowTask
     from ..training.config import resolve
-    from ..training.trainer import resume_config, train
+    from ..training.resume import resume_config
+    from ..training.trainer import train
 
     start = time.perf_counter()
     status = read_json(run / "run.json") if (run / "run.json").is_file() else {}
     if latest_checkpoint(run) is not None:
         if status.get("status") in ("finished", "stopped"):
-            log(f"[repro] {run} is already trained ({status.get('status')} at step "
-                f"{status.get('step')}); evaluating it")  # fmt: skip
+            log(
+                f"[repro] {run} is already trained ({status.get('status')} at step "
+                f"{status.get('step')}); evaluating it"
+            )
             return 0.0
         log(f"[repro] resuming the unfinished run {run}")
         train(FlowTask(), resume_config(run, FlowConfig), run, resume=True)
@@ -82,8 +85,8 @@ def train_preset(preset: str, run: Path, log: Log) -> float:
     return time.perf_counter() - start
 
 
-# The claims of the cpu preset's reference run (10,000 samples per FID set) took 128 s on the
-# machine that trained it at 5.8 steps/s (2026-12-05); elsewhere they are scaled by the step
+# The claims of the cpu preset's reference run (docs/repro/, 10,000 samples per FID set) took
+# 128 s on the machine that trained it at 5.8 steps/s; elsewhere they are scaled by the step
 # rate.
 CLAIMS_S, CLAIMS_RATE = {"cpu": 128.0}, 5.8
 
@@ -92,18 +95,23 @@ def expected_time(preset: str) -> str:
     """How long training ``preset`` from scratch takes here, from a few of its steps timed now."""
     from ..flow.task import FlowTask
     from ..training.config import apply_overrides, resolve
-    from ..training.trainer import measure_step_rate
+    from ..training.steprate import measure_step_rate
 
     cfg = resolve("flow", preset)
-    rate = measure_step_rate(FlowTask(), apply_overrides(
-        cfg, ["calibration_samples=0", "transport_steps=0"]))  # fmt: skip
+    rate = measure_step_rate(
+        FlowTask(), apply_overrides(cfg, ["calibration_samples=0", "transport_steps=0"])
+    )
     steps_s, cap_s = cfg.max_steps / rate, cfg.step_seconds()
-    text = (f"[repro] this machine: {rate:.2f} steps/s (timed now): {cfg.max_steps:,} steps take "
-            f"{steps_s / 60:.1f} min")
+    text = (
+        f"[repro] this machine: {rate:.2f} steps/s (timed now): {cfg.max_steps:,} steps take "
+        f"{steps_s / 60:.1f} min"
+    )
     if cap_s and steps_s > cap_s:
-        return (text + f", over the {cap_s / 60:g}-minute cap of max_minutes: training will stop "
-                f"near step {int(rate * cap_s):,} of {cfg.max_steps:,}, a weaker model than the "
-                "preset's (use a faster or idle machine, or raise max_minutes)")
+        return (
+            text + f", over the {cap_s / 60:g}-minute cap of max_minutes: training will stop "
+            f"near step {int(rate * cap_s):,} of {cfg.max_steps:,}, a weaker model than the "
+            "preset's (use a faster or idle machine, or raise max_minutes)"
+        )
     total = steps_s + cfg.finish_minutes * 60
     if cfg.finish_minutes:
         text += f", then up to {cfg.finish_minutes:g} min for the fit after them"
@@ -179,7 +187,7 @@ def run_repro(
         "format": "linearizer.repro/1",
         "run": _run_name(target, run)[0],
         "step": step,
-        "ema": _has_ema(run),
+        "ema": _weights(run, loaded.weights) == "EMA",
         "config": cfg.to_dict(),
         "options": opts.to_dict(),
         # the samplers every claim is measured with: the authors' grid, the trained map alone
@@ -225,8 +233,9 @@ def _figures(ctx: Context, folder: Path) -> dict[str, Path]:
         f"rk4 T={s}": torch.linalg.svdvals(ctx.B(s, "rk4")).cpu(),
         f"authors' rk T={s}": torch.linalg.svdvals(ctx.B(s, "rk4-authors")).cpu(),
     }
-    result = induced_svd(ctx.model, ctx.spec(s), k=min(ctx.opts.svd_k, ctx.model.dim),
-                         seed=ctx.opts.seed)  # fmt: skip
+    result = induced_svd(
+        ctx.model, ctx.spec(s), k=min(ctx.opts.svd_k, ctx.model.dim), seed=ctx.opts.seed
+    )
     svd = render_svd(result, folder, extra)
     paths["spectrum"], paths["svd_directions"] = svd["spectrum"], svd["directions"]
     curves = figs.training_figure(ctx.run_dir, folder / "training_curves.png")
@@ -235,13 +244,18 @@ def _figures(ctx: Context, folder: Path) -> dict[str, Path]:
     return paths
 
 
-def _has_ema(run: Path) -> bool:
-    path = latest_checkpoint(run)
-    meta = path.with_suffix(".json") if path is not None else None
-    if meta is None or not meta.is_file():
-        return False
-    info = read_json(meta)
-    return bool(info.get("has_ema") or info.get("ema"))
+def _weights(run: Path, section: str) -> str:
+    """The name of the weights the load took ("EMA" or "raw", from its checkpoint
+    ``section``); a shipped model's folder stores whichever it ships under "model", so there
+    its description says which they are."""
+    from ..training.weights import weights_label
+
+    status = read_json(run / "run.json") if (run / "run.json").is_file() else {}
+    if status.get("pretrained"):
+        from ..pretrained import info
+
+        return str(info(status["pretrained"]).get("weights", weights_label(section)))
+    return weights_label(section)
 
 
 def _commands(command: str, target: str, run: Path, preset: str | None, out: Path) -> list[str]:

@@ -84,11 +84,18 @@ def induced_svd(
 
     zero = torch.zeros(1, model.dim, dtype=F64, device=param.device)
     return GeneratorSVD(
-        steps=spec.steps, method=spec.method, sigma=sigma.cpu(), scale_noise=s0, scale_data=s1,
-        right=dec(s0 * v, NOISE), left_pos=dec(s1 * u, DATA), left_neg=dec(-s1 * u, DATA),
+        steps=spec.steps,
+        method=spec.method,
+        sigma=sigma.cpu(),
+        scale_noise=s0,
+        scale_data=s1,
+        right=dec(s0 * v, NOISE),
+        left_pos=dec(s1 * u, DATA),
+        left_neg=dec(-s1 * u, DATA),
         mapped=dec((svd.S[:, None] * s0) * u, DATA),
-        zero_noise=dec(zero, NOISE), zero_data=dec(zero, DATA),
-    )  # fmt: skip
+        zero_noise=dec(zero, NOISE),
+        zero_data=dec(zero, DATA),
+    )
 
 
 def plot_spectrum(
@@ -101,21 +108,35 @@ def plot_spectrum(
     for i, (label, s) in enumerate(spectra.items()):
         s = s.double()
         ls, lw = styles[i % len(styles)]
-        ax.loglog(range(1, len(s) + 1), s.numpy(), ls=ls, lw=lw,
-                  label=f"{label} (cond {float(s[0] / s[-1]):.3g})")  # fmt: skip
+        ax.loglog(
+            range(1, len(s) + 1),
+            s.numpy(),
+            ls=ls,
+            lw=lw,
+            label=f"{label} (cond {float(s[0] / s[-1]):.3g})",
+        )
     for t in steps:
         ax.axhline(1.0 / t, color="grey", ls=":", lw=0.8)
-        ax.annotate(f"1/T = {1 / t:g}", (1, 1.0 / t), fontsize=7, color="grey",
-                    xytext=(2, 2), textcoords="offset points")  # fmt: skip
+        ax.annotate(
+            f"1/T = {1 / t:g}",
+            (1, 1.0 / t),
+            fontsize=7,
+            color="grey",
+            xytext=(2, 2),
+            textcoords="offset points",
+        )
     ax.set_xlabel("index i")
     ax.set_ylabel("singular value sigma_i of B")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    caption(fig, "Singular spectrum of the collapsed one-step matrix B (z1 = B z0, float64), "
-            "log-log. An Euler B is (1/T) I plus terms through the low-rank A(t): a few large "
-            "singular values carry the generated content, the rest sit at 1/T (grey lines). "
-            "Curves that coincide (Euler and RK4 at the same T) are drawn with different "
-            "dash patterns.")  # fmt: skip
+    caption(
+        fig,
+        "Singular spectrum of the collapsed one-step matrix B (z1 = B z0, float64), "
+        "log-log. An Euler B is (1/T) I plus terms through the low-rank A(t): a few large "
+        "singular values carry the generated content, the rest sit at 1/T (grey lines). "
+        "Curves that coincide (Euler and RK4 at the same T) are drawn with different "
+        "dash patterns.",
+    )
     return save_figure(fig, path)
 
 
@@ -131,16 +152,22 @@ def plot_directions(result: GeneratorSVD, path: str | Path) -> Path:
     fig = new_figure(max(6.0, 0.55 * (k + 1)), 3.6)
     image_rows(fig, rows, nrow=k + 1, fontsize=6.5)
     sig = ", ".join(f"{float(s):.3g}" for s in result.sigma[: min(k, 6)])
-    caption(fig, (
-        f"Top-{k} induced singular directions of the one-step generator f = L(g_noise, B, g_data), "
-        f"B = {result.method} T={result.steps}. Column 0 is the zero vector g^-1(0) of each "
-        f"induced space; column i is direction i (sigma = {sig}, ...). Directions are decoded at a "
-        f"typical latent length, not unit length (a unit latent decodes to almost g^-1(0)): "
-        f"s0 = {result.scale_noise:.3g} = median |g_noise(x0)| over N(0, I) noise, s1 = "
-        f"{result.scale_data:.3g} = median |B g_noise(x0)| (a generated data latent). Noise images "
-        f"are shown as 0.5 + x/6. The sign of each u_i is arbitrary, so both signs are shown; "
-        f"the last row is what the generator makes from the inputs in the first row."
-    ))  # fmt: skip
+    caption(
+        fig,
+        (
+            f"Top-{k} induced singular directions of the one-step generator f = L(g_noise, B, "
+            f"g_data), "
+            f"B = {result.method} T={result.steps}. Column 0 is the zero vector g^-1(0) of each "
+            f"induced space; column i is direction i (sigma = {sig}, ...). Directions are "
+            f"decoded at a "
+            f"typical latent length, not unit length (a unit latent decodes to almost g^-1(0)): "
+            f"s0 = {result.scale_noise:.3g} = median |g_noise(x0)| over N(0, I) noise, s1 = "
+            f"{result.scale_data:.3g} = median |B g_noise(x0)| (a generated data latent). "
+            f"Noise images "
+            f"are shown as 0.5 + x/6. The sign of each u_i is arbitrary, so both signs are shown; "
+            f"the last row is what the generator makes from the inputs in the first row."
+        ),
+    )
     return save_figure(fig, path)
 
 
@@ -151,18 +178,26 @@ def render_svd(
     out = Path(out_dir)
     label = f"{result.method} T={result.steps}"
     spectra = {label: result.sigma, **(extra or {})}
-    euler_steps = tuple(sorted({int(k.split("T=")[1]) for k in spectra
-                                if k.startswith("euler T=")}))  # fmt: skip
+    euler_steps = tuple(
+        sorted({int(k.split("T=")[1]) for k in spectra if k.startswith("euler T=")})
+    )
     paths = {
         "spectrum": plot_spectrum(spectra, out / "spectrum.png", euler_steps),
         "directions": plot_directions(result, out / "svd_directions.png"),
     }
-    paths["json"] = write_json(out / "svd.json", {
-        "steps": result.steps, "method": result.method, "k": result.k, "cond": result.cond,
-        "scale_noise": result.scale_noise, "scale_data": result.scale_data,
-        "sigma_top": [float(s) for s in result.sigma[: result.k]],
-        "sigma_min": float(result.sigma[-1]),
-        "spectra_top": {k: [float(s) for s in v[: result.k]] for k, v in spectra.items()},
-        "spectra_cond": {k: float(v[0] / v[-1]) for k, v in spectra.items()},
-    })  # fmt: skip
+    paths["json"] = write_json(
+        out / "svd.json",
+        {
+            "steps": result.steps,
+            "method": result.method,
+            "k": result.k,
+            "cond": result.cond,
+            "scale_noise": result.scale_noise,
+            "scale_data": result.scale_data,
+            "sigma_top": [float(s) for s in result.sigma[: result.k]],
+            "sigma_min": float(result.sigma[-1]),
+            "spectra_top": {k: [float(s) for s in v[: result.k]] for k, v in spectra.items()},
+            "spectra_cond": {k: float(v[0] / v[-1]) for k, v in spectra.items()},
+        },
+    )
     return paths

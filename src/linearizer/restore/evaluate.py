@@ -24,8 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from ..flow.spec import SamplerSpec
-from .degradations import Degradation
-from .solvers import (
+from .algorithms import (
     CoordPrior,
     History,
     InducedOperator,
@@ -37,18 +36,11 @@ from .solvers import (
     rel_norm,
     wiener_weight,
 )
+from .degradations import Degradation
+from .spec import DEFAULT, RestoreSpec
 
 BATCH = 500
-METHODS = (
-    "pinv",
-    "project",
-    "ign",
-    "noise-opt",
-    "ddnm",
-    "alternating",
-    "induced-rns",
-    "range-map",
-)
+METHODS = ("pinv", "project", "ign", "noise-opt", "ddnm", "alternating", "induced-rns", "range-map")
 EXACT = ("ddnm", "alternating", "induced-rns", "range-map")  # end with an exact consistency step
 
 
@@ -119,16 +111,14 @@ def restore(
     y: Tensor,
     *,
     methods: tuple[str, ...] = METHODS,
-    iters: int = 10,
-    noise_steps: int = 100,
-    noise_lam: float | None = None,
+    spec: RestoreSpec = DEFAULT,
     noise_n: int | None = None,
-    map_steps: int = 50,
     induced: InducedOperator | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Tensor], dict[str, float], dict[str, Any]]:
     """Every requested method on observations ``y``: ``(outputs, seconds_per_image, extras)``.
 
+    ``spec``: the solvers' iterations, steps and noise weight (:class:`.spec.RestoreSpec`).
     Methods whose model is missing (``ign``, ``noise-opt``, ``induced-rns`` without an
     operator) are skipped. ``noise_n``: run the (slow) noise optimisation on the first
     ``noise_n`` observations only (its output then has that many rows).
@@ -139,6 +129,7 @@ def restore(
     secs: dict[str, float] = {}
     extras: dict[str, Any] = {}
     n = y.shape[0]
+    iters, noise_lam = spec.iters, spec.noise_lam
     weight = wiener_weight(prior.prior_mse, deg.sigma)
 
     def timed(name: str, fn: Callable[[], Tensor]) -> None:
@@ -165,7 +156,7 @@ def restore(
             lam = noise_weight(deg.sigma) if noise_lam is None else noise_lam
             extras["noise_lam"] = lam
             x, trace = noise_optimisation(
-                prior.generator(), deg.select(slice(0, k)), y[:k], steps=noise_steps, lam=lam
+                prior.generator(), deg.select(slice(0, k)), y[:k], steps=spec.noise_steps, lam=lam
             )
             extras["noise_trace"] = trace
             return x
@@ -205,7 +196,7 @@ def restore(
                     c0[sl],
                     prior.coord_prior,
                     noise_var=noise_var,
-                    steps=map_steps,
+                    steps=spec.map_steps,
                 )
                 xs.append(x)
                 traces.append(tr)
@@ -245,17 +236,21 @@ def score(
     labels: Tensor,
     deg: Degradation,
     y: Tensor,
-    lenet: nn.Module,
-    ref_features: Tensor,
+    lenet: nn.Module | None = None,
+    ref_features: Tensor | None = None,
+    consistency: bool = True,
 ) -> dict[str, float]:
-    """The scores of one method's outputs ``x`` (module docstring)."""
+    """The scores of one method's outputs ``x`` (module docstring); without a classifier
+    (``lenet`` None) no accuracy and no FID, and ``consistency=False`` leaves out the
+    consistency scores (for an observation shown as an image)."""
     from ..metrics import accuracy, fid_from_features, lenet_features, psnr, ssim
 
     shown = x.clamp(0, 1).float()
-    return {
-        "psnr": float(psnr(shown, truth)),
-        "ssim": float(ssim(shown, truth)),
-        "lenet_accuracy": accuracy(lenet, shown, labels),
-        **consistency_scores(x, deg, y),
-        "fid_lenet": fid_from_features(lenet_features(shown, lenet), ref_features),
-    }
+    out = {"psnr": float(psnr(shown, truth)), "ssim": float(ssim(shown, truth))}
+    if lenet is not None:
+        out["lenet_accuracy"] = accuracy(lenet, shown, labels)
+    if consistency:
+        out |= consistency_scores(x, deg, y)
+    if lenet is not None:
+        out["fid_lenet"] = fid_from_features(lenet_features(shown, lenet), ref_features)
+    return out

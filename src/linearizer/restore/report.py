@@ -3,7 +3,7 @@
 projections per iteration (``residuals.png``).
 
 ``results.json`` holds ``tasks.<task>.<method>.<score>`` (scores: :func:`.evaluate.score` plus
-``seconds_per_image``), ``tasks.<task>.history`` (:class:`.solvers.History`),
+``seconds_per_image``), ``tasks.<task>.history`` (:class:`.algorithms.History`),
 ``tasks.<task>.info`` (noise, weight of the data term, rank of ``A_H``...) and ``meta``.
 """
 
@@ -21,10 +21,11 @@ from torch import Tensor
 from ..errors import LinearizerError
 from ..io import write_json, write_text
 from ..report import markdown_table, render_report, section
+from .algorithms import fit_coord_prior, fit_induced_operator, observed_rank
 from .degradations import TASKS, Degradation, make_degradation
-from .evaluate import EXACT, METHODS, Prior, consistency_scores, prior_mse, restore, score
+from .evaluate import EXACT, METHODS, Prior, prior_mse, restore, score
 from .figures import save_residuals, save_strip_figure
-from .solvers import fit_coord_prior, fit_induced_operator, observed_rank
+from .spec import DEFAULT, RestoreSpec
 
 LABELS = {
     "pinv": "H⁺y",
@@ -71,10 +72,8 @@ def run_task(
     ref_features: Tensor | None,
     fit_images: Tensor,
     seed: int = 0,
-    iters: int = 10,
-    noise_steps: int = 100,
+    spec: RestoreSpec = DEFAULT,
     noise_n: int | None = None,
-    map_steps: int = 50,
     methods: tuple[str, ...] = METHODS,
     log: Callable[[str], None] = print,
 ) -> tuple[dict[str, Any], dict[str, Tensor], Tensor, Degradation]:
@@ -97,10 +96,8 @@ def run_task(
         deg,
         y,
         methods=methods,
-        iters=iters,
-        noise_steps=noise_steps,
+        spec=spec,
         noise_n=noise_n,
-        map_steps=map_steps,
         induced=induced,
         progress=lambda name: log(f"  {task}: {name}"),
     )
@@ -109,28 +106,16 @@ def run_task(
         info["noise_lam"] = extras["noise_lam"]
     res: dict[str, Any] = {"info": info, "history": extras.get("history")}
     if "noise_trace" in extras:
-        res["noise_trace"] = extras["noise_trace"][:: max(1, noise_steps // 20)]
+        res["noise_trace"] = extras["noise_trace"][:: max(1, spec.noise_steps // 20)]
     for name, x in outs.items():
         k = len(x)  # the noise optimisation may run on the first noise_n only
         sub = deg.select(slice(0, k))
-        scores = score_or_partial(x, truth[:k], labels[:k], sub, y[:k], lenet, ref_features)
+        scores = score(x, truth[:k], labels[:k], sub, y[:k], lenet, ref_features)
         res[name] = {**scores, "n": k, "seconds_per_image": secs[name]}
-    res["observation"] = score_or_partial(
+    res["observation"] = score(
         shown_observation(deg, y), truth, labels, deg, y, lenet, ref_features, consistency=False
     )
     return res, outs, y, deg
-
-
-def score_or_partial(x, truth, labels, deg, y, lenet, ref_features, consistency=True):
-    """:func:`score`, without the classifier's numbers when there is no classifier."""
-    from ..metrics import psnr, ssim
-
-    if lenet is not None:
-        s = score(x, truth, labels, deg, y, lenet, ref_features)
-        return s if consistency else {k: v for k, v in s.items() if "consistency" not in k}
-    shown = x.clamp(0, 1).float()
-    s = {"psnr": float(psnr(shown, truth)), "ssim": float(ssim(shown, truth))}
-    return s | consistency_scores(x, deg, y) if consistency else s
 
 
 def restore_report(
@@ -143,18 +128,16 @@ def restore_report(
     classifier: bool = True,
     tasks: tuple[str, ...] = TASKS,
     seed: int = 0,
-    iters: int = 10,
-    noise_steps: int = 100,
+    spec: RestoreSpec = DEFAULT,
     noise_n: int | None = None,
-    map_steps: int = 50,
-    fit_n: int = 3000,
     runs: dict[str, Any] | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Measure every method on the digits ``truth`` (true ``labels``) for every task; ``train``:
-    training digits (the prior's error scale from the first 2,000, ``A_H`` fitted on the next
-    ``fit_n``); ``classifier``: score with the MNIST LeNet (MNIST 32x32 only). Writes the report
-    into ``out`` and returns the results."""
+    training digits (the prior's error scale from the first 2,000, ``A_H`` fitted on the last
+    ``spec.fit_n``); ``spec``: the solvers' settings (:class:`.spec.RestoreSpec`);
+    ``classifier``: score with the MNIST LeNet (MNIST 32x32 only). Writes the report into
+    ``out`` and returns the results."""
     for t in tasks:
         make_degradation(t, (1, 8, 8))  # unknown names fail before any work
     if len(train) <= math.prod(truth.shape[1:]):
@@ -163,7 +146,12 @@ def restore_report(
     t_start = time.perf_counter()
     prepare_prior(prior, train)
     n = len(truth)
-    opts = {"iters": iters, "noise_steps": noise_steps, "noise_n": noise_n, "map_steps": map_steps}
+    opts = {
+        "iters": spec.iters,
+        "noise_steps": spec.noise_steps,
+        "noise_n": noise_n,
+        "map_steps": spec.map_steps,
+    }
     lenet = ref = truth_fid = None
     if classifier:
         from ..metrics import fid_from_features, lenet_features, load_classifier
@@ -181,10 +169,11 @@ def restore_report(
             labels,
             lenet=lenet,
             ref_features=ref,
-            fit_images=train[-fit_n:],
+            fit_images=train[-spec.fit_n :],
             seed=seed,
+            spec=spec,
+            noise_n=noise_n,
             log=log,
-            **opts,
         )
         results["tasks"][task] = res
         rows = {"truth": truth[:8], "observed": shown_observation(deg.select(slice(0, 8)), y[:8])}
@@ -197,7 +186,7 @@ def restore_report(
         "n": n,
         "seed": seed,
         **opts,
-        "fit_n": fit_n,
+        "fit_n": spec.fit_n,
         "prior_mse": prior.prior_mse,
         "runs": runs or {},
         "torch": torch.__version__,
@@ -266,18 +255,24 @@ def restoration_report(results: dict[str, Any]) -> str:
     )
     truth = None
     if "reference" in results:
-        truth = (f"FID (LeNet) of the true digits themselves: "
-                 f"{_fmt(results['reference']['fid_lenet_truth'])}.")  # fmt: skip
+        truth = (
+            f"FID (LeNet) of the true digits themselves: "
+            f"{_fmt(results['reference']['fid_lenet_truth'])}."
+        )
     tasks = [_task_section(task, res, meta["n"]) for task, res in results["tasks"].items()]
     return render_report(
-        "Restoration: measurements", setup, summary_table(results), truth, *tasks,
+        "Restoration: measurements",
+        setup,
+        summary_table(results),
+        truth,
+        *tasks,
         "FID (LeNet): against the last 10,000 training digits; on fewer samples (the noise "
         "optimisation's rows) it is biased upwards and not comparable with the other rows. "
         "`*` ends with an exact consistency step (x ← x + H⁺(y − Hx); relaxed by the data "
         "weight when the observation is noisy). PSNR, SSIM, accuracy and FID on outputs "
         'clamped to [0, 1]; consistency on the raw outputs. "model consistency": in the '
         "operator the solvers use (the truncated blur for deblur and blur-gamma; H otherwise).",
-    )  # fmt: skip
+    )
 
 
 def _task_section(task: str, res: dict[str, Any], n: int) -> str:
@@ -296,5 +291,8 @@ def _task_section(task: str, res: dict[str, Any], n: int) -> str:
         if res[name].get("n", n) < n:
             label += f" (first {res[name]['n']})"
         table.append([label, *(_fmt(res[name].get(key), kind) for _, key, kind in cols)])
-    return section(task, f"{extra}. Figure: `strip_{task}.png`.",
-                   markdown_table(["method", *(c[0] for c in cols)], table))  # fmt: skip
+    return section(
+        task,
+        f"{extra}. Figure: `strip_{task}.png`.",
+        markdown_table(["method", *(c[0] for c in cols)], table),
+    )

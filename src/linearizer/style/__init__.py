@@ -6,19 +6,19 @@ made offline (:mod:`linearizer.style.targets`). Importing this package registers
 presets (smoke, cpu, paper).
 """
 
-from .bank import (
-    IndexStyleNet,
-    LatentView,
-    StyleBank,
-    StyleModel,
+from .bank import StyleBank
+from .build import build_style_model
+from .config import StyleConfig
+from .images import has_skimage, image_name, load_image, save_image
+from .index_net import IndexStyleNet
+from .latent import LatentView
+from .model import StyleModel
+from .operators import (
     WeightedStyleOperator,
     apply_operator,
     apply_operator_transpose,
-    build_style_model,
     identity_kernel,
 )
-from .config import StyleConfig
-from .images import has_skimage, image_name, load_image, save_image
 from .targets import DEFAULT_CONTENT, DEFAULT_STYLES, GatysSettings, make_targets, stylise
 from .task import StyleData, StyleTask, load_style_data, prepare_config
 

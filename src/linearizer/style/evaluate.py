@@ -31,8 +31,10 @@ from ..errors import LinearizerError
 from ..io import read_json, write_json, write_text
 from ..metrics import psnr, ssim
 from ..report import markdown_table, render_report, section
-from .bank import IndexStyleNet, StyleBank, StyleModel
+from .bank import StyleBank
 from .images import save_picture
+from .index_net import IndexStyleNet
+from .model import StyleModel
 from .task import StyleData
 
 ALPHAS = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -312,30 +314,53 @@ def bank_report(results: dict[str, Any]) -> str:
     mix, mix64 = results["mix"], results["mix_float64"]
     exact = markdown_table(
         ["dtype", "convex, worst", "convex, median", "all, worst", "worst case (all)"],
-        [[m["dtype"], f"{m['rel_err']:.2e}", f"{m['median']:.2e}",
-          f"{m['rel_err_general']:.2e}", m["worst_general_case"]] for m in (mix, mix64)],
-    )  # fmt: skip
+        [
+            [
+                m["dtype"],
+                f"{m['rel_err']:.2e}",
+                f"{m['median']:.2e}",
+                f"{m['rel_err_general']:.2e}",
+                m["worst_general_case"],
+            ]
+            for m in (mix, mix64)
+        ],
+    )
     by = mix.get("rel_err_by_style", {})
     worst = ", ".join(f"{k} {v:.1e}" for k, v in by.items())
     fid = results["fidelity"]
     cols = [k for k in ("bank", "index", "identity") if k in fid]
-    fidelity = markdown_table(["style", *cols], [
-        [name, *(f"{fid[c][name]['psnr']:.2f} / {fid[c][name]['ssim']:.3f}" for c in cols)]
-        for name in results["styles"]])  # fmt: skip
+    fidelity = markdown_table(
+        ["style", *cols],
+        [
+            [name, *(f"{fid[c][name]['psnr']:.2f} / {fid[c][name]['ssim']:.3f}" for c in cols)]
+            for name in results["styles"]
+        ],
+    )
     interp = results["index_interpolation"]
-    strips = [[label, f"{m['path_dev_g']:.2e}", f"{m['path_ratio']:.3f}",
-               f"{m['step_unevenness']:.2f}", f"{m['curvature']:.3f}"]
-              for who, label in (("ours", "operator mixing (ours)"),
-                                 ("index", "index interpolation"))
-              if (m := interp.get(who)) is not None]  # fmt: skip
+    strips = [
+        [
+            label,
+            f"{m['path_dev_g']:.2e}",
+            f"{m['path_ratio']:.3f}",
+            f"{m['step_unevenness']:.2f}",
+            f"{m['curvature']:.3f}",
+        ]
+        for who, label in (("ours", "operator mixing (ours)"), ("index", "index interpolation"))
+        if (m := interp.get(who)) is not None
+    ]
     timing = results.get("wall_time_s", {})
-    wall = None if not timing else section(
-        "Wall time (seconds)",
-        markdown_table(["phase", "seconds"],
-                       [[k, f"{v:.0f}"] for k, v in timing.items() if v is not None]),
-        f"Threads: training {results.get('train_threads', '?')}, "
-        f"evaluation {results.get('threads', '?')}.",
-    )  # fmt: skip
+    wall = (
+        None
+        if not timing
+        else section(
+            "Wall time (seconds)",
+            markdown_table(
+                ["phase", "seconds"], [[k, f"{v:.0f}"] for k, v in timing.items() if v is not None]
+            ),
+            f"Threads: training {results.get('train_threads', '?')}, "
+            f"evaluation {results.get('threads', '?')}.",
+        )
+    )
     return render_report(
         "Style bank: measurements",
         f"Styles: {', '.join(results['styles'])}; content: {', '.join(results['contents'])}.",
@@ -347,13 +372,16 @@ def bank_report(results: dict[str, Any]) -> str:
             f"0.5); all: worst of {mix['general_cases']}, adding strengths 1.5, an "
             "extrapolation and signed weights.",
             exact,
-            f"Worst float32 error of the convex cases involving each style: {worst}." if by
+            f"Worst float32 error of the convex cases involving each style: {worst}."
+            if by
             else None,
         ),
         section("Fidelity to the targets (PSNR dB / SSIM)", fidelity),
-        section(f"Interpolation strips ({interp['frames']} frames, mean over "
-                f"{interp['pairs']} pairs)",
-                markdown_table(["model", "path_dev_g", "path_ratio", "step_unevenness",
-                                "curvature"], strips)),
+        section(
+            f"Interpolation strips ({interp['frames']} frames, mean over {interp['pairs']} pairs)",
+            markdown_table(
+                ["model", "path_dev_g", "path_ratio", "step_unevenness", "curvature"], strips
+            ),
+        ),
         wall,
-    )  # fmt: skip
+    )

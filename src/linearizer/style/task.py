@@ -23,9 +23,10 @@ from ..io import read_json, write_json
 from ..metrics import psnr
 from ..training.image_task import ImageTask
 from ..training.random_streams import StepRandom
-from .bank import StyleModel, build_style_model
+from .build import build_style_model
 from .config import StyleConfig
 from .images import SKIMAGE_PREFIX, image_name, list_images, load_image
+from .model import StyleModel
 
 
 @dataclass
@@ -195,8 +196,9 @@ class StyleTask(ImageTask, kind="style", config=StyleConfig):
             pictures.append(data.contents[i])
             for s in range(len(data.style_names)):
                 pictures += [rows[s][i], data.targets[s, i]]
-        path = self.save_samples(torch.stack(pictures), step, run_dir,
-                                 nrow=1 + 2 * len(data.style_names))  # fmt: skip
+        path = self.save_samples(
+            torch.stack(pictures), step, run_dir, nrow=1 + 2 * len(data.style_names)
+        )
         write_json(
             Path(run_dir) / "bank.json",
             {"styles": data.style_names, "contents": data.content_names},

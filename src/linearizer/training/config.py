@@ -1,10 +1,11 @@
 """Presets per kind and the trainer's settings (:class:`TrainConfig`).
 
-Presets are named configs per *kind* (``flow``, ``projective``, ``style``): the package
-``linearizer.<kind>`` registers them with :func:`register_preset` when imported, and
-:func:`resolve` imports it on first use, so ``resolve("flow", "smoke", ["lr=1e-3"])`` works
-from anywhere. The typed-config machinery itself (:class:`Config`, :func:`option`,
-:func:`apply_overrides`, ...) lives in :mod:`linearizer.config` and is re-exported here.
+Presets are named configs per *kind* (``flow``, ``projective``, ``style``): the module
+:data:`PRESETS` names for a kind (``linearizer.flow.config``) registers them with
+:func:`register_preset` when imported, and the first look-up imports it, so
+``resolve("flow", "smoke", ["lr=1e-3"])`` works from anywhere. The typed-config machinery
+itself (:class:`Config`, :func:`option`, :func:`apply_overrides`, ...) lives in
+:mod:`linearizer.config` and is re-exported here.
 
 >>> cfg = resolve("flow", "smoke", ["hidden=16", "network.blocks=2"])  # old flat key still works
 >>> cfg.network.hidden, cfg.network.blocks
@@ -14,15 +15,16 @@ from anywhere. The typed-config machinery itself (:class:`Config`, :func:`option
 from __future__ import annotations
 
 import copy
-import importlib
 from dataclasses import dataclass
 from typing import Literal
 
 from ..config import Config, apply_overrides, describe, option, render_options, undocumented
 from ..errors import LinearizerError
+from ..registry import Registry
 
 __all__ = [
     "FLAT_KEYS",
+    "PRESETS",
     "Config",
     "TrainConfig",
     "apply_overrides",
@@ -41,15 +43,35 @@ __all__ = [
 # and ``--set hidden=32`` in scripts, keep working): old key -> dotted name.
 FLAT_KEYS = {
     "network": "network.kind",
-    **{k: f"network.{k}" for k in (
-        "blocks", "hidden", "clamp", "clamp_mode", "img_size", "unet_channel_mult",
-        "unet_blocks", "unet_attn", "dropout", "memory_saving")},
+    **{
+        k: f"network.{k}"
+        for k in (
+            "blocks",
+            "hidden",
+            "clamp",
+            "clamp_mode",
+            "img_size",
+            "unet_channel_mult",
+            "unet_blocks",
+            "unet_attn",
+            "dropout",
+            "memory_saving",
+        )
+    },
     "dataset": "data.dataset",
     "data_root": "data.root",
-}  # fmt: skip
+}
 
 
-_PRESETS: dict[str, dict[str, Config]] = {}
+# kind -> its presets by name; each kind's config module registers them when imported.
+PRESETS: Registry[Registry[Config]] = Registry(
+    "config kind",
+    {
+        "flow": "linearizer.flow.config",
+        "projective": "linearizer.projective.config",
+        "style": "linearizer.style.config",
+    },
+)
 
 
 def register_preset(kind: str, name: str, cfg: Config) -> None:
@@ -59,43 +81,26 @@ def register_preset(kind: str, name: str, cfg: Config) -> None:
     missing = undocumented(type(cfg))
     if missing:
         raise TypeError(f"{type(cfg).__name__} fields lack help text: {', '.join(missing)}")
-    bucket = _PRESETS.setdefault(kind, {})
-    if bucket:
-        first = next(iter(bucket.values()))
-        if type(first) is not type(cfg):
-            raise TypeError(f"presets of kind {kind!r} must all be {type(first).__name__}")
-    bucket[name] = copy.deepcopy(cfg)
-
-
-def _ensure_kind(kind: str) -> dict[str, Config]:
-    if kind not in _PRESETS:
-        try:  # convention: importing linearizer.<kind> registers that kind's presets
-            importlib.import_module(f"linearizer.{kind}")
-        except ImportError:
-            pass
-    if kind not in _PRESETS:
-        known = ", ".join(sorted(_PRESETS)) or "none registered"
-        raise LinearizerError(f"unknown config kind '{kind}'; known kinds: {known}")
-    return _PRESETS[kind]
+    bucket = PRESETS.setdefault(kind, Registry(f"{kind} preset"))
+    if bucket.names() and type(cfg) is not config_class(kind):
+        raise TypeError(f"presets of kind {kind!r} must all be {config_class(kind).__name__}")
+    bucket.add(name, copy.deepcopy(cfg))
 
 
 def preset_names(kind: str) -> list[str]:
-    return list(_ensure_kind(kind))
+    """The presets of ``kind``, in the order they were registered."""
+    return PRESETS.get(kind).names()
 
 
 def get_preset(kind: str, name: str) -> Config:
     """A fresh copy of preset ``name`` of ``kind``."""
-    bucket = _ensure_kind(kind)
-    if name not in bucket:
-        raise LinearizerError(
-            f"unknown {kind} preset '{name}'; available: {', '.join(bucket) or 'none'}"
-        )
-    return copy.deepcopy(bucket[name])
+    return copy.deepcopy(PRESETS.get(kind).get(name))
 
 
 def config_class(kind: str) -> type[Config]:
     """The config class of ``kind`` (the class of its presets)."""
-    return type(next(iter(_ensure_kind(kind).values())))
+    presets = PRESETS.get(kind)
+    return type(presets.get(presets.names()[0]))
 
 
 def resolve(kind: str, preset: str, overrides: list[str] | None = None) -> Config:
@@ -114,9 +119,20 @@ class TrainConfig(Config):
 
     RENAMED = FLAT_KEYS
     RESUME_MUTABLE = frozenset(
-        {"max_steps", "max_minutes", "finish_minutes", "ckpt_every", "keep_last", "log_every",
-         "eval_every", "tracker", "tracker_project", "progress", "threads"}
-    )  # fmt: skip
+        {
+            "max_steps",
+            "max_minutes",
+            "finish_minutes",
+            "ckpt_every",
+            "keep_last",
+            "log_every",
+            "eval_every",
+            "tracker",
+            "tracker_project",
+            "progress",
+            "threads",
+        }
+    )
 
     seed: int = option(0, "seed of every random draw (weights init, data order, noise)")
     max_steps: int = option(1000, "optimizer steps to train for (total, including resumed ones)")
@@ -178,16 +194,27 @@ class TrainConfig(Config):
 
     def validate(self) -> None:
         super().validate()
-        positive = {"max_steps": self.max_steps, "batch_size": self.batch_size,
-                    "keep_last": self.keep_last, "log_every": self.log_every}  # fmt: skip
+        positive = {
+            "max_steps": self.max_steps,
+            "batch_size": self.batch_size,
+            "keep_last": self.keep_last,
+            "log_every": self.log_every,
+        }
         for name, value in positive.items():
             if value < 1:
                 raise LinearizerError(f"config key '{name}' must be >= 1, got {value}")
-        non_negative = {"max_minutes": self.max_minutes, "lr": self.lr, "eps": self.eps,
-                        "weight_decay": self.weight_decay, "warmup_steps": self.warmup_steps,
-                        "grad_clip": self.grad_clip, "ema_warmup": self.ema_warmup,
-                        "ckpt_every": self.ckpt_every, "eval_every": self.eval_every,
-                        "threads": self.threads}  # fmt: skip
+        non_negative = {
+            "max_minutes": self.max_minutes,
+            "lr": self.lr,
+            "eps": self.eps,
+            "weight_decay": self.weight_decay,
+            "warmup_steps": self.warmup_steps,
+            "grad_clip": self.grad_clip,
+            "ema_warmup": self.ema_warmup,
+            "ckpt_every": self.ckpt_every,
+            "eval_every": self.eval_every,
+            "threads": self.threads,
+        }
         for name, value in non_negative.items():
             if not value >= 0:
                 raise LinearizerError(f"config key '{name}' must be >= 0, got {value}")

@@ -48,8 +48,9 @@ class ImageTask:
 
     kind: ClassVar[str] = ""
 
-    def __init_subclass__(cls, kind: str = "", config: type[Config] | None = None,
-                          **rest: Any) -> None:  # fmt: skip
+    def __init_subclass__(
+        cls, kind: str = "", config: type[Config] | None = None, **rest: Any
+    ) -> None:
         super().__init_subclass__(**rest)
         if not kind:
             return

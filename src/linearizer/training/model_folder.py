@@ -4,11 +4,13 @@
 ``save_pretrained(model, dir, config)`` writes the weights (a shared sub-network stored once)
 and a ``config.json`` holding the model's config, kind, library version and architecture
 signature. The folder can be uploaded with ``huggingface_hub.upload_folder`` as is; nothing
-here needs the network. :func:`from_pretrained` opens such a folder (rebuilding the model with
-``build_fn``, or with its registered run kind), a training run folder, a ``SCHEME:NAME`` spec
-(``pretrained:mnist``) or a bare name of a registered source (``mnist``), the last three through
-:func:`~linearizer.training.runs.load_run`. It refuses a folder of another architecture in one
-line.
+here needs the network. :func:`from_pretrained` is the package's one loader of a model by name:
+it opens such a folder (rebuilding the model with ``build_fn``, or with its run kind), a training
+run folder, a ``SCHEME:NAME`` spec (``pretrained:mnist``) or a bare name of the one known source
+(``mnist``), the last three through :func:`~linearizer.training.runs.load_run`, in a fresh
+interpreter with nothing imported first. :mod:`linearizer.training` and
+:mod:`linearizer.pretrained` export this same function. It refuses a folder of another
+architecture in one line.
 
 >>> import tempfile, torch
 >>> folder = tempfile.mkdtemp()
@@ -84,7 +86,7 @@ def from_pretrained(
     (``config_cls.from_dict`` of the stored config when given, else the plain dict), or without
     ``build_fn`` by its run kind's builder, and its weights are loaded strictly. Anything else is
     a run: a run folder, ``"SCHEME:NAME"``, or a name that is not a path on disk, which the one
-    registered source resolves (``"mnist"`` is ``"pretrained:mnist"``).
+    known source resolves (``"mnist"`` is ``"pretrained:mnist"``).
     """
     directory = Path(source)
     if not (directory / WEIGHTS_NAME).is_file():  # a run: its weights are in checkpoints/
@@ -104,7 +106,7 @@ def from_pretrained(
 
 def _run_spec(name: str) -> str:
     """``name`` as :func:`load_run` takes it: a path or ``SCHEME:NAME`` as it is, a bare name
-    prefixed with the scheme of the one registered source (a name, like the Hub's)."""
+    prefixed with the scheme of the one known source (a name, like the Hub's)."""
     known = sources()
     if Path(name).exists() or ":" in name or "/" in name or len(known) != 1:
         return name

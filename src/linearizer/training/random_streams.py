@@ -77,18 +77,24 @@ class StepRandom:
         return t if device is None else t.to(device)
 
     def randn(
-        self, *shape: int, dtype: torch.dtype = torch.float32, like: Tensor | None = None,
+        self,
+        *shape: int,
+        dtype: torch.dtype = torch.float32,
+        like: Tensor | None = None,
         device: Any = None,
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         """Standard normal ``[local_batch, *shape]`` (in ``like``'s dtype/device if given)."""
         dtype = like.dtype if like is not None else dtype
         t = torch.randn((self.global_batch, *shape), generator=self.gen, dtype=dtype)
         return self._out(t, like, device)
 
     def rand(
-        self, *shape: int, dtype: torch.dtype = torch.float32, like: Tensor | None = None,
+        self,
+        *shape: int,
+        dtype: torch.dtype = torch.float32,
+        like: Tensor | None = None,
         device: Any = None,
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         """Uniform [0, 1) ``[local_batch, *shape]``."""
         dtype = like.dtype if like is not None else dtype
         t = torch.rand((self.global_batch, *shape), generator=self.gen, dtype=dtype)

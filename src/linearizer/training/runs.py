@@ -2,11 +2,12 @@
 converted-official runs, from a run folder or a named source such as ``"pretrained:NAME"``.
 
 A run folder holds ``config.json`` (the resolved config), ``run.json`` (``kind``, status) and
-``checkpoints/``. Each application registers how to rebuild its model with
-:func:`register_run_kind` when its ``task`` module is imported; :func:`load_run` imports it on
-first use (as presets do). A layer above registers how a ``"SCHEME:NAME"`` spec turns into a run
-folder with :func:`register_source` (:mod:`linearizer.pretrained` registers ``pretrained``), so
-this module knows no source by name.
+``checkpoints/``. Two :class:`~linearizer.registry.Registry` tables name what the layers above
+define, imported on first use: :data:`RUN_KINDS`, how each kind's model is rebuilt (its ``task``
+module registers it with :func:`register_run_kind` when imported), and :data:`SOURCES`, how a
+``"SCHEME:NAME"`` spec turns into a run folder (``pretrained`` is
+:func:`linearizer.pretrained.unpack`; :func:`register_source` adds others). So
+``load_run("pretrained:mnist")`` works with nothing imported first.
 
 >>> run = load_run("runs/flow-cpu")                     # doctest: +SKIP
 >>> run.kind, run.step, run.config.network.hidden       # doctest: +SKIP
@@ -15,7 +16,7 @@ this module knows no source by name.
 
 from __future__ import annotations
 
-import importlib
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,14 +28,8 @@ from torch import nn
 from ..config import Config
 from ..errors import LinearizerError
 from ..io import read_json
+from ..registry import Registry
 from .checkpoint import latest_checkpoint, load_weights, unusable_checkpoints
-
-# Where each kind registers itself (imported on first use; no static upward import).
-_HOMES = {
-    "flow": "linearizer.flow.task",
-    "projective": "linearizer.projective.task",
-    "style": "linearizer.style.task",
-}
 
 
 @dataclass(frozen=True)
@@ -48,6 +43,26 @@ class Run:
     step: int
     path: Path
     weights: str = "model"  # the checkpoint section loaded: "ema" or "model" (raw)
+    # a class-conditional run's recommended guidance w (GUIDANCE_FILE; None: none recorded)
+    recommended_guidance: float | None = None
+
+
+# Where a run folder records its recommended guidance: {"w": ..., "rule": ..., "source": ...}.
+GUIDANCE_FILE = "guidance.json"
+
+
+def read_guidance(folder: Path) -> float | None:
+    """The ``w`` of the folder's :data:`GUIDANCE_FILE` (None without one, or when it says none)."""
+    path = Path(folder) / GUIDANCE_FILE
+    if not path.is_file():
+        return None
+    record = read_json(path)
+    w = record.get("w") if isinstance(record, dict) else "no record"
+    if w is None:
+        return None
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
+        raise LinearizerError(f"{path}: 'w' must be a finite number or null, got {w!r}")
+    return float(w)
 
 
 @dataclass(frozen=True)
@@ -63,7 +78,15 @@ class RunKind:
     attach: Callable[[nn.Module, Path, int, str], None] | None = None
 
 
-_KINDS: dict[str, RunKind] = {}
+# Each kind's task module registers it when imported (ImageTask's kind=).
+RUN_KINDS: Registry[RunKind] = Registry(
+    "run kind",
+    {
+        "flow": "linearizer.flow.task",
+        "projective": "linearizer.projective.task",
+        "style": "linearizer.style.task",
+    },
+)
 
 
 def register_run_kind(
@@ -76,43 +99,40 @@ def register_run_kind(
     """Make runs whose ``run.json`` says ``kind: name`` loadable by :func:`load_run`;
     ``attach(model, folder, step, section)`` runs after the weights are loaded (``section``:
     ``"ema"`` or ``"model"``, the weights that were)."""
-    _KINDS[name] = RunKind(name, config, build, label, attach)
+    RUN_KINDS.add(name, RunKind(name, config, build, label, attach))
 
 
 def run_kind(name: str) -> RunKind:
-    if name not in _KINDS and name in _HOMES:
-        importlib.import_module(_HOMES[name])
-    if name not in _KINDS:
-        raise LinearizerError(f"unknown run kind '{name}'; known: {', '.join(sorted(_HOMES))}")
-    return _KINDS[name]
+    """How runs of kind ``name`` are rebuilt (its task module imported on first use)."""
+    return RUN_KINDS.get(name)
 
 
-# scheme -> NAME -> run folder, filled by the layers above (see register_source)
-_SOURCES: dict[str, Callable[[str], Path]] = {}
+# scheme -> (NAME -> run folder): "pretrained:mnist" opens linearizer.pretrained.unpack("mnist")
+SOURCES: Registry[Callable[[str], Path]] = Registry(
+    "source", {"pretrained": "linearizer.pretrained:unpack"}
+)
 
 
 def register_source(scheme: str, folder: Callable[[str], Path]) -> None:
     """Make ``"<scheme>:NAME"`` a spec every loader accepts: it opens the run folder
     ``folder(NAME)`` returns (made on demand, e.g. unpacked from a package asset)."""
-    _SOURCES[scheme] = folder
+    SOURCES.add(scheme, folder)
 
 
 def sources() -> list[str]:
-    """The registered schemes (``["pretrained"]`` once :mod:`linearizer.pretrained` is loaded)."""
-    return sorted(_SOURCES)
+    """The known schemes, declared or registered (``["pretrained"]``), importing none."""
+    return sorted(SOURCES.names())
 
 
 def run_folder(spec: str | Path) -> Path:
     """The folder ``spec`` names: itself, or for ``"SCHEME:NAME"`` with a registered scheme,
     the folder that scheme's source gives for ``NAME``."""
     scheme, colon, name = str(spec).partition(":")
-    if colon and scheme in _SOURCES:
-        return Path(_SOURCES[scheme](name))
+    if colon and scheme in SOURCES:
+        return Path(SOURCES.get(scheme)(name))
     if colon and scheme.isidentifier() and not Path(spec).exists():
-        known = ", ".join(f"{s}:" for s in sorted(_SOURCES)) or "none"
-        raise LinearizerError(f"no source registered for '{scheme}:' (registered: {known}); the "
-                              f"module that provides it registers it on import (linearizer."
-                              f"pretrained provides 'pretrained:')")  # fmt: skip
+        known = ", ".join(f"{s}:" for s in sources()) or "none"
+        raise LinearizerError(f"no source registered for '{scheme}:' (known: {known})")
     return Path(spec)
 
 
@@ -163,17 +183,22 @@ def load_run(spec: str | Path, *, use_ema: bool = True, expect: str | None = Non
     if kind.attach is not None:
         kind.attach(model, run, ckpt.step, ckpt.section)
     label = kind.label(cfg) if kind.label else kind.name
-    return Run(label, model.eval(), cfg, ckpt.step, run, ckpt.section)
+    return Run(label, model.eval(), cfg, ckpt.step, run, ckpt.section, read_guidance(run))
 
 
 __all__ = [
+    "GUIDANCE_FILE",
     "Run",
+    "RUN_KINDS",
     "RunKind",
+    "SOURCES",
     "folder_kind",
     "load_run",
+    "read_guidance",
     "read_run_config",
     "register_run_kind",
     "register_source",
     "run_folder",
+    "run_kind",
     "sources",
 ]

@@ -74,10 +74,14 @@ from ..invertible.dropout import set_dropout_seed
 from ..invertible.precision import conditioners_in, resolve_precision
 from ..io import read_json, write_json
 from . import distributed as D
+from .allocator import keep_freed_memory
 from .checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import Config, TrainConfig
+from .config import TrainConfig
 from .ema import EMA
+from .progress import Progress
 from .random_streams import StepRandom, derive_seed, seed_globals
+from .resume import check_resume_changes
+from .schedule import lr_at
 from .tracking import make_tracker, truncate_metrics
 
 
@@ -122,53 +126,6 @@ class _LossModule(nn.Module):
             return self._task.loss(self.model, batch, rng)
 
 
-def lr_at(cfg: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
-    """Learning rate of (0-based) ``step``: linear warm-up, then constant/cosine/linear decay.
-
-    With ``cfg.lr_clock == "time"`` the decay follows the share of the steps' wall-clock budget
-    used after warm-up (``elapsed_s`` since the start, ``max_minutes - finish_minutes`` in all)
-    or the share of ``max_steps``, whichever is further along, so a run stopped by its budget
-    ends on the decayed rate instead of being cut off half-way.
-    """
-    warm = min(1.0, (step + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0
-    if cfg.schedule == "constant":
-        return cfg.lr * warm
-    span = max(1, cfg.max_steps - cfg.warmup_steps)
-    progress = min(1.0, max(0.0, (step - cfg.warmup_steps) / span))
-    if cfg.lr_clock == "time" and cfg.max_minutes > 0 and step >= cfg.warmup_steps:
-        progress = max(progress, min(1.0, elapsed_s / cfg.step_seconds()))
-    if cfg.schedule == "cosine":
-        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
-    else:
-        shape = 1.0 - progress
-    return cfg.lr * warm * (cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape)
-
-
-def keep_freed_memory() -> bool:
-    """Ask glibc's malloc to keep freed memory for reuse (returns whether it could).
-
-    A training step allocates and frees the same large activation buffers every time. By
-    default glibc serves blocks above a (dynamic) threshold with fresh ``mmap`` calls and gives
-    freed heap back to the kernel, so every step faults its buffers in again: on the ``cpu``
-    flow preset that was ~38,000 minor page faults per step and up to 18 % of the run's CPU
-    time in the kernel. Raising ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` keeps the memory
-    (the process stays at its peak size). No effect (False) off glibc.
-    """
-    import ctypes
-    import ctypes.util
-    import platform
-
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        ok = libc.mallopt(m_mmap_threshold, 1 << 30) == 1
-        return bool(libc.mallopt(m_trim_threshold, (1 << 31) - 1) == 1 and ok)
-    except (OSError, AttributeError):
-        return False
-
-
 def make_optimizer(cfg: TrainConfig, params: Any) -> torch.optim.Optimizer:
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     return cls(
@@ -181,29 +138,6 @@ def grad_norm(params: list[nn.Parameter]) -> Tensor:
     if not grads:
         return torch.zeros(())
     return torch.linalg.vector_norm(torch.stack(grads))
-
-
-def resume_config(run_dir: str | Path, cls: type[Config], overrides: list[str] | None = None):
-    """The config a run was started with (``RUN/config.json``), with ``overrides`` applied."""
-    from .config import apply_overrides
-
-    path = Path(run_dir) / "config.json"
-    if not path.is_file():
-        raise LinearizerError(f"{run_dir} is not a run folder (no config.json)")
-    return apply_overrides(cls.from_dict(read_json(path)), overrides)
-
-
-def _check_resume_changes(saved: dict[str, Any], cfg: TrainConfig) -> None:
-    # Compare leaf by leaf, through from_dict, so a run folder with old flat keys compares too.
-    now, mutable = cfg.flat(), cfg.RESUME_MUTABLE
-    saved = type(cfg).from_dict(saved).flat()
-    changed = [k for k in now if k in saved and saved[k] != now[k] and k not in mutable]
-    if changed:
-        k = changed[0]
-        raise LinearizerError(
-            f"cannot change '{k}' when resuming (run has {saved[k]!r}, asked {now[k]!r}); "
-            f"only {', '.join(sorted(mutable))} may change"
-        )
 
 
 @dataclass
@@ -219,75 +153,6 @@ class TrainResult:
     ema: EMA | None
     seconds: float
     steps_per_s: float
-
-
-class _Progress:
-    """tqdm when installed, else a line every ``log_every`` steps (rank 0 only).
-
-    Under the time clock (``lr_clock="time"``) the bar measures the budget's time, with the
-    step count beside it: such a run's ``max_steps`` is usually a ceiling it never reaches, and
-    tqdm's estimate from it (hours for a 22-minute run) would be wrong by the whole difference.
-    Under the step clock ``max_minutes`` is only a cap, and the bar counts steps.
-    """
-
-    def __init__(self, enabled: bool, total: int, initial: int, budget_s: float = 0.0,
-                 finish_s: float = 0.0) -> None:  # fmt: skip
-        self.enabled, self.total, self.bar = enabled, total, None
-        self.initial, self.budget_s, self.finish_s = initial, budget_s, finish_s
-        self.loss: float | None = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-            except ImportError:
-                return
-            if budget_s > 0:
-                form = "{percentage:3.0f}%|{bar}| {desc}"  # desc: the text, without tqdm's ": "
-                desc = self._budget_text(initial, 0.0)
-                self.bar = tqdm(total=budget_s, bar_format=form, desc=desc, dynamic_ncols=True)
-            else:
-                self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
-
-    def _budget_text(self, step: int, elapsed_s: float) -> str:
-        budget = f"{_clock(elapsed_s)}/{_clock(self.budget_s)} budget"
-        if self.finish_s:
-            budget += f" (+{_clock(self.finish_s)} after the steps)"
-        text = f"step {step}, {budget}, {_clock(max(0.0, self.budget_s - elapsed_s))} left"
-        if step > self.initial and elapsed_s > 0:
-            text += f", {(step - self.initial) / elapsed_s:.2f} steps/s"
-        if self.loss is not None:
-            text += f", loss={self.loss:.4g}"
-        return text
-
-    def update(self, step: int, loss: float | None, steps_per_s: float | None,
-               elapsed_s: float = 0.0) -> None:  # fmt: skip
-        if not self.enabled:
-            return
-        if loss is not None:
-            self.loss = loss
-        if self.bar is not None and self.budget_s > 0:
-            self.bar.set_description_str(self._budget_text(step, elapsed_s), refresh=False)
-            # tqdm redraws on its own clock (mininterval), so most steps only move the count
-            self.bar.update(min(elapsed_s, self.budget_s) - self.bar.n)
-        elif self.bar is not None:
-            self.bar.update(1)
-            if loss is not None:
-                self.bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
-        elif loss is not None and self.budget_s > 0:
-            print(self._budget_text(step, elapsed_s), file=sys.stderr, flush=True)
-        elif loss is not None:
-            print(f"step {step}/{self.total}  loss {loss:.4g}  {steps_per_s:.2f} steps/s",
-                  file=sys.stderr, flush=True)  # fmt: skip
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _clock(seconds: float) -> str:
-    """``MM:SS``, or ``H:MM:SS`` from an hour on, as tqdm writes times."""
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
 
 
 class Trainer:
@@ -311,7 +176,7 @@ class Trainer:
         if self.resume:
             if not (run / "config.json").is_file():
                 raise LinearizerError(f"cannot resume {run}: not a run folder (no config.json)")
-            _check_resume_changes(read_json(run / "config.json"), cfg)
+            check_resume_changes(read_json(run / "config.json"), cfg)
         elif any(checkpoint_dir(run).glob("ckpt_*")):
             raise LinearizerError(
                 f"{run} already holds checkpoints; continue it with --resume {run} "
@@ -323,8 +188,12 @@ class Trainer:
 
     def _status(self, env: D.DistEnv, **fields: Any) -> None:
         if env.is_main:
-            record = {"kind": self.kind, "library_version": __version__, "world": env.world,
-                      "conditioner_precision": self.precision}  # fmt: skip
+            record = {
+                "kind": self.kind,
+                "library_version": __version__,
+                "world": env.world,
+                "conditioner_precision": self.precision,
+            }
             write_json(self.run_dir / "run.json", {**record, **fields})
 
     def _build(self, env: D.DistEnv) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -361,8 +230,7 @@ class Trainer:
         except RuntimeError as e:  # torch lists every mismatch; the first one names the cause
             why = next((ln.strip() for ln in str(e).splitlines()[1:] if ln.strip()), str(e))
             raise LinearizerError(
-                f"init_from={self.cfg.init_from}: its weights do not fit this run's network "
-                f"({why})"
+                f"init_from={self.cfg.init_from}: its weights do not fit this run's network ({why})"
             ) from None
 
     def _restore(self, model, optimizer, ema, env: D.DistEnv) -> int:
@@ -374,8 +242,9 @@ class Trainer:
         step = D.broadcast_int(step, env)
         if step < 0:
             if env.is_main:
-                warnings.warn(f"{self.run_dir} has no usable checkpoint yet; starting at step 0",
-                              stacklevel=3)  # fmt: skip
+                warnings.warn(
+                    f"{self.run_dir} has no usable checkpoint yet; starting at step 0", stacklevel=3
+                )
             return -1
         path = checkpoint_dir(self.run_dir) / f"ckpt_{step:08d}.safetensors"
         load_checkpoint(path, model, optimizer=optimizer, ema=ema, model_kind=self.kind)
@@ -409,8 +278,9 @@ class Trainer:
                     ema = EMA(model, cfg.ema_decay, cfg.ema_warmup)
             if env.is_main:
                 truncate_metrics(self.run_dir, start if start else -1)
-            tracker = make_tracker(cfg.tracker, self.run_dir, cfg.to_dict(),
-                                   cfg.tracker_project, env.is_main)  # fmt: skip
+            tracker = make_tracker(
+                cfg.tracker, self.run_dir, cfg.to_dict(), cfg.tracker_project, env.is_main
+            )
             self._status(env, status="running", step=start, max_steps=cfg.max_steps)
             result = self._loop(model, optimizer, ema, env, tracker, start)
             # Ranks leave together: a gloo group destroyed while the other rank still has work
@@ -430,8 +300,9 @@ class Trainer:
         budget_s = cfg.step_seconds()
         # the bar counts what ends the run: the clock's budget, or max_steps under a mere cap
         timed = budget_s if cfg.lr_clock == "time" else 0.0
-        progress = _Progress(cfg.progress and env.is_main, cfg.max_steps, start, timed,
-                             cfg.finish_minutes * 60)  # fmt: skip
+        progress = Progress(
+            cfg.progress and env.is_main, cfg.max_steps, start, timed, cfg.finish_minutes * 60
+        )
         t0 = time.perf_counter()
         window_t, window_n, window_loss, window_logs = t0, 0, 0.0, {}
         step, last_loss, stopped, last_ckpt = start, float("nan"), "max_steps", None
@@ -459,8 +330,9 @@ class Trainer:
                     gnorm = grad_norm(params)
                 over = budget_s > 0 and time.perf_counter() - t0 >= budget_s
                 now_s = (time.perf_counter() - t0) if env.is_main else 0.0
-                check = torch.tensor([float(loss.detach()), float(over), now_s],
-                                     dtype=torch.float64)  # fmt: skip
+                check = torch.tensor(
+                    [float(loss.detach()), float(over), now_s], dtype=torch.float64
+                )
                 check = D.all_reduce_sum(check.to(env.device), env).cpu()
                 mean_loss = float(check[0]) / env.world
                 # every rank steps with the same rate: the clock is rank 0's, shared
@@ -483,9 +355,18 @@ class Trainer:
                     rate = window_n / max(now - window_t, 1e-9)
                     logged = window_loss / window_n
                     extra = _mean_logs(window_logs, window_n, env)
-                    tracker.log(step, {"loss": logged, "lr": lr, "grad_norm": float(gnorm),
-                                       "steps_per_s": rate, "samples_per_s": rate * cfg.batch_size,
-                                       "elapsed_s": now - t0, **extra})  # fmt: skip
+                    tracker.log(
+                        step,
+                        {
+                            "loss": logged,
+                            "lr": lr,
+                            "grad_norm": float(gnorm),
+                            "steps_per_s": rate,
+                            "samples_per_s": rate * cfg.batch_size,
+                            "elapsed_s": now - t0,
+                            **extra,
+                        },
+                    )
                     window_t, window_n, window_loss, window_logs = now, 0, 0.0, {}
                 progress.update(step, logged, None if logged is None else rate, clock)
 
@@ -503,36 +384,62 @@ class Trainer:
         self._eval(model, ema, env, tracker, step)
         seconds = time.perf_counter() - t0
         rate = (step - start) / max(seconds, 1e-9)
-        summary = {"step": step, "stopped": stopped, "loss": last_loss, "seconds": seconds,
-                   "steps_per_s": rate}  # fmt: skip
+        summary = {
+            "step": step,
+            "stopped": stopped,
+            "loss": last_loss,
+            "seconds": seconds,
+            "steps_per_s": rate,
+        }
         tracker.log_summary(step, summary)
         finish_start = time.perf_counter()
         finish = self._finish(model, ema, env, step)
         finish_s = time.perf_counter() - finish_start
-        self._status(env, status="finished" if stopped == "max_steps" else "stopped",
-                     stopped=stopped, step=step, max_steps=cfg.max_steps, seconds=seconds,
-                     loss=last_loss, **({"finish": finish} if finish else {}))  # fmt: skip
+        self._status(
+            env,
+            status="finished" if stopped == "max_steps" else "stopped",
+            stopped=stopped,
+            step=step,
+            max_steps=cfg.max_steps,
+            seconds=seconds,
+            loss=last_loss,
+            **({"finish": finish} if finish else {}),
+        )
         if stopped != "max_steps" and env.is_main:
             budget = f"{cfg.max_minutes:g}-minute budget"
             if cfg.finish_minutes:
                 budget += f" ({cfg.finish_minutes:g} of them kept for the work after the steps)"
-            print(f"linearizer: {budget} reached; stopped at step {step} of {cfg.max_steps} "
-                  f"(checkpoint saved)", file=sys.stderr)  # fmt: skip
+            print(
+                f"linearizer: {budget} reached; stopped at step {step} of {cfg.max_steps} "
+                f"(checkpoint saved)",
+                file=sys.stderr,
+            )
         # only worth a line when the work after the steps pushed the run past max_minutes
         kept_s = cfg.finish_minutes * 60
         over = cfg.max_minutes > 0 and seconds + finish_s > cfg.max_minutes * 60
         if env.is_main and kept_s and finish_s > kept_s and over:
-            print(f"linearizer: the work after the steps took {finish_s:.1f} s, more than the "
-                  f"{kept_s:.1f} s of finish_minutes", file=sys.stderr)  # fmt: skip
+            print(
+                f"linearizer: the work after the steps took {finish_s:.1f} s, more than the "
+                f"{kept_s:.1f} s of finish_minutes",
+                file=sys.stderr,
+            )
         D.barrier(env)
-        return TrainResult(self.run_dir, step, stopped, last_loss, last_ckpt, model, ema,
-                           seconds, rate)  # fmt: skip
+        return TrainResult(
+            self.run_dir, step, stopped, last_loss, last_ckpt, model, ema, seconds, rate
+        )
 
     def _save(self, model, optimizer, ema, env: D.DistEnv, step: int) -> Path | None:
         if env.is_main:
-            save_checkpoint(self.run_dir, step, model, optimizer=optimizer, ema=ema,
-                            config=self.cfg.to_dict(), model_kind=self.kind,
-                            keep_last=self.cfg.keep_last)  # fmt: skip
+            save_checkpoint(
+                self.run_dir,
+                step,
+                model,
+                optimizer=optimizer,
+                ema=ema,
+                config=self.cfg.to_dict(),
+                model_kind=self.kind,
+                keep_last=self.cfg.keep_last,
+            )
         return checkpoint_dir(self.run_dir) / f"ckpt_{step:08d}.safetensors"
 
     def _finish(self, model, ema, env: D.DistEnv, step: int) -> dict | None:
@@ -594,29 +501,3 @@ def train(task: Task, cfg: TrainConfig, run_dir: str | Path, resume: bool = Fals
     """Train ``task`` under ``cfg`` in ``run_dir`` (``resume=True`` continues from its newest
     usable checkpoint). Works the same in one process and under ``torchrun``."""
     return Trainer(task, cfg, run_dir, resume=resume).fit()
-
-
-def measure_step_rate(task: Task, cfg: TrainConfig, steps: int = 40, skip: int = 8) -> float:
-    """Steps per second of ``cfg``'s training step on this machine, from ``steps`` steps in a
-    throw-away run folder (the first ``skip`` steps, which allocate, are not counted).
-
-    ``cfg`` keeps everything that sets a step's cost; checkpoints, evaluations, the clock and
-    the progress bar are switched off. Work after the steps (``on_finish``) is the caller's to
-    switch off in ``cfg``.
-    """
-    import tempfile
-
-    from .config import apply_overrides
-    from .tracking import read_metrics
-
-    if steps <= skip or skip < 1:
-        raise LinearizerError(f"need steps > skip >= 1, got steps={steps}, skip={skip}")
-    probe = apply_overrides(cfg, [
-        f"max_steps={steps}", f"log_every={skip}", "ckpt_every=0", "eval_every=0",
-        "max_minutes=0", "finish_minutes=0", "progress=false", "tracker=none",
-    ])  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="linearizer-rate-") as tmp:
-        train(task, probe, Path(tmp) / "run")
-        rows = [r for r in read_metrics(Path(tmp) / "run") if "elapsed_s" in r]
-    first, last = rows[0], rows[-1]
-    return (last["step"] - first["step"]) / max(last["elapsed_s"] - first["elapsed_s"], 1e-9)

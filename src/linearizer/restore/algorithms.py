@@ -41,6 +41,7 @@ from torch import Tensor
 
 from ..errors import LinearizerError
 from .degradations import Degradation
+from .spec import DEFAULT
 
 Map = Callable[[Tensor], Tensor]
 
@@ -79,7 +80,7 @@ def alternating(
     deg: Degradation,
     y: Tensor,
     *,
-    iters: int = 10,
+    iters: int = DEFAULT.iters,
     weight: float = 1.0,
     check_idempotence: bool = True,
 ) -> tuple[Tensor, Tensor, History]:
@@ -215,7 +216,7 @@ def range_map(
     prior: CoordPrior,
     *,
     noise_var: float,
-    steps: int = 50,
+    steps: int = DEFAULT.map_steps,
     lr: float = 0.1,
 ) -> tuple[Tensor, list[float]]:
     """MAP estimate on the model's fixed-point set, parametrised *exactly* by its coordinates:
@@ -250,7 +251,7 @@ def noise_optimisation(
     deg: Degradation,
     y: Tensor,
     *,
-    steps: int = 100,
+    steps: int = DEFAULT.noise_steps,
     lam: float = 0.01,
     lr: float = 0.05,
     z0: Tensor | None = None,

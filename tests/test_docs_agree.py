@@ -1,0 +1,920 @@
+"""The documentation's headline numbers, checked against the JSON they come from.
+
+Each row of ``CHECKS`` names a document, a phrase as the document writes it with ``{}`` where
+numbers stand, and for each number the JSON file, the key path and the format. The check
+formats the JSON values into the phrase and requires the result in the document (whitespace,
+line breaks and ``**`` emphasis normalised). A number that drifts from its JSON, or a phrase
+reworded without this table, fails with the phrase it expected.
+
+Key paths: ``a/b/0`` walks dicts and lists (``~`` stands for a ``/`` inside a key); ``k=v``
+keeps the list items whose ``k`` is ``v`` and ``k^=v`` those whose ``k`` starts with ``v``;
+a key after a filter that kept several items maps over them; ``#mean`` averages a list;
+``#passed`` / ``#count`` count the claims of a repro ``results.json`` that hold / exist;
+``#all`` is the claim count when every claim holds. Claim counts always name the run's JSON.
+Pure file reading: no model is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# JSON files, by short name
+J = {
+    "pre": "docs/flow/pretrained_eval_2026-12-04/results.json",
+    "pre_old": "docs/flow/pretrained_eval_2026-12-03/results.json",
+    "pre_rounding": "docs/flow/pretrained_eval_2026-12-04/fit-before-rounding/results.json",
+    "controls": "docs/flow/controls/controls.json",
+    "cond": "docs/conditional/pretrained_eval/results.json",
+    "cond_old": "docs/conditional/pretrained_eval_2026-12-03/results.json",
+    "cond25": "docs/conditional/cpu25_eval_2026-12-04/results.json",
+    "cond25_old": "docs/conditional/cpu25_eval/results.json",
+    "cond_exact": "docs/conditional/exactness/cond_exact.json",
+    "cond_bench": "docs/benchmarks/conditional-2026-12-03/conditional.json",
+    "ref05": "docs/flow/reference_2026-12-05/results.json",
+    "ref04": "docs/flow/reference_2026-12-04/results.json",
+    "ref03": "docs/flow/reference_2026-12-03_4000/results.json",
+    "ref03wall": "docs/flow/reference_eval_2026-12-03/results.json",
+    "repro": "docs/repro/results.json",
+    "repro_pre": "docs/repro-pretrained/results.json",
+    "eqt": "docs/benchmarks/equal-time/evaluation.json",
+    "probe": "docs/benchmarks/equal-time/probe.json",
+    "fm_runs": "docs/benchmarks/equal-time/fm_runs.json",
+    "select": "docs/benchmarks/equal-time/select.json",
+    "eqt05": "docs/benchmarks/step-2026-12-05/equal-time/evaluation.json",
+    "step05": "docs/benchmarks/step-2026-12-05/step_cpu.json",
+    "paper05": "docs/benchmarks/step-2026-12-05/step_paper.json",
+    "mnist": "src/linearizer/assets/flow_mnist.json",
+    "mnist_cond": "src/linearizer/assets/flow_mnist_cond.json",
+}
+
+# key paths used often
+M = "maps none"
+OURS = "rows/model=ours/sampler=one-step euler, T = 1000, final predict, float64, "
+FM = "rows/model=flow matching/sampler="
+OURS05 = "rows/sampler=one-step euler, T = 1000, final predict, float64, "
+
+
+def row(name: str, key: str) -> str:
+    return f"rows/name={name}/{key}"
+
+
+def eqt(sampler: str, key: str, seed: int | None = None) -> str:
+    """An equal-time row of docs/benchmarks/equal-time/evaluation.json: one seed or the mean."""
+    base = (
+        f"{OURS}maps {sampler}"
+        if sampler in ("none", "calibration", "transport")
+        else (f"{FM}{sampler}")
+    )
+    return f"{base}/seed={seed}/{key}" if seed is not None else f"{base}/{key}/#mean"
+
+
+def eqt05(maps: str, key: str, seed: int | None = None) -> str:
+    base = f"{OURS05}maps {maps}"
+    return f"{base}/seed={seed}/{key}" if seed is not None else f"{base}/{key}/#mean"
+
+
+def v(name: str, path: str, fmt: str = ".1f") -> tuple[str, str, str]:
+    return (name, path, fmt)
+
+
+def fid(name: str, row_name: str) -> list[tuple[str, str, str]]:
+    """FID (LeNet) and FID (judge) of one evaluation row."""
+    return [v(name, row(row_name, "fid_lenet")), v(name, row(row_name, "fid_judge"))]
+
+
+def controls(row_name: str, key: str, fmt: str = ".1f") -> tuple[str, str, str]:
+    return v("controls", f"rows/{row_name}/{key}/#mean", fmt)
+
+
+Check = tuple[str, str, list[tuple[str, str, str]]]
+
+CHECKS: list[Check] = [
+    # README.md
+    (
+        "README.md",
+        "FID (LeNet) {} and FID (judge) {} with the trained map alone",
+        fid("pre", "method"),
+    ),
+    ("README.md", "brings it to {} / {}", fid("pre", "transport")),
+    ("README.md", "FID (LeNet) {} and FID (judge) {} without guidance", fid("cond", "w=0")),
+    ("README.md", "in ≥ {} % of samples", [v("cond", row("w=1", "lenet_accuracy_min"), "%")]),
+    ("README.md", "(FID {} / {}: guidance costs diversity)", fid("cond", "w=1")),
+    ("README.md", "took {} s on a 2-core AMD EPYC", [v("probe", "equal_seconds", ",.0f")]),
+    ("README.md", "flow matching makes {} steps there", [v("probe", "fm_steps", ",d")]),
+    (
+        "README.md",
+        "trained those {} steps on one {}",
+        [v("fm_runs", "fm-lr0.001-s0/steps", ",d"), v("fm_runs", "fm-lr0.001-s0/device", "s")],
+    ),
+    (
+        "README.md",
+        "the trained map alone (FID (LeNet) {}, FID (judge) {})",
+        [v("eqt", eqt("none", "fid_lenet")), v("eqt", eqt("none", "fid_judge"))],
+    ),
+    (
+        "README.md",
+        "loses from 4 ({} / {})",
+        [
+            v("eqt", eqt("Euler, 4 steps", "fid_lenet")),
+            v("eqt", eqt("Euler, 4 steps", "fid_judge")),
+        ],
+    ),
+    (
+        "README.md",
+        "one step ({} / {}) is level with 10 Euler steps ({} / {})",
+        [
+            v("eqt", eqt("transport", "fid_lenet")),
+            v("eqt", eqt("transport", "fid_judge")),
+            v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
+            v("eqt", eqt("Euler, 10 steps", "fid_judge")),
+        ],
+    ),
+    (
+        "README.md",
+        "scores {} / {} alone and {} / {} with the maps",
+        [
+            v("eqt05", eqt05("none", "fid_lenet")),
+            v("eqt05", eqt05("none", "fid_judge")),
+            v("eqt05", eqt05("transport", "fid_lenet")),
+            v("eqt05", eqt05("transport", "fid_judge")),
+        ],
+    ),
+    (
+        "README.md",
+        "preset's {}-step run of 2026-12-05, all {} hold",
+        [v("repro", "step", ",d"), v("repro", "claims/#all", "d")],
+    ),
+    ("README.md", "float32 linearity reads {}", [v("repro", "claims/linearity/max_rel_err", "e1")]),
+    (
+        "README.md",
+        "On the shipped `pretrained:mnist`, {} of {} hold",
+        [v("repro_pre", "claims/#passed", "d"), v("repro_pre", "claims/#count", "d")],
+    ),
+    # docs/quality.md
+    ("docs/quality.md", "FID (LeNet) {} and FID (judge) {} at w = 0", fid("cond", "w=0")),
+    ("docs/quality.md", "against {} and {} for the unconditional model", fid("pre", "method")),
+    ("docs/quality.md", "(18,709 steps)", []),
+    (
+        "docs/quality.md",
+        "| the trained map alone (the paper's method; the default) | {} / {} | {} / {} |",
+        fid("pre", "method") + fid("pre_old", "method"),
+    ),
+    (
+        "docs/quality.md",
+        "| the authors' grid (T = 100, last interval skipped) | {} / {} | {} / {} |",
+        fid("pre", "authors-grid") + fid("pre_old", "authors-grid"),
+    ),
+    (
+        "docs/quality.md",
+        "(`--maps calibration`) | {} / {} | {} / {} |",
+        fid("pre", "calibration") + fid("pre_old", "calibration"),
+    ),
+    (
+        "docs/quality.md",
+        "(`--maps transport`) | {} / {} | {} / {} |",
+        fid("pre", "transport") + fid("pre_old", "transport"),
+    ),
+    (
+        "docs/quality.md",
+        "the same maps scored {} / {} on the float16 weights",
+        fid("pre_rounding", "transport"),
+    ),
+    (
+        "docs/quality.md",
+        "the default) | {} | {} | {} |",
+        [
+            controls("method", "fid_lenet"),
+            controls("method", "fid_judge"),
+            controls("method", "confidence", ".3f"),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "(`--maps transport`) | {} | {} | {} |",
+        [
+            controls("transport", "fid_lenet"),
+            controls("transport", "fid_judge"),
+            controls("transport", "confidence", ".3f"),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "trained map bypassed (control) | {} | {} | {} |",
+        [
+            controls("bypass", "fid_lenet"),
+            controls("bypass", "fid_judge"),
+            controls("bypass", "confidence", ".3f"),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "one Gaussian fitted in its range ({})",
+        [controls("gaussian-in-range", "fid_lenet")],
+    ),
+    ("docs/quality.md", "subspace scores {}", [controls("pca-transport", "fid_lenet")]),
+    (
+        "docs/quality.md",
+        "scores {} with the trained map alone and {} with the maps"
+        " (FID (LeNet); FID (judge) {} and {}",
+        [
+            v("ref05", row("method", "fid_lenet")),
+            v("ref05", row("transport", "fid_lenet")),
+            v("ref05", row("method", "fid_judge")),
+            v("ref05", row("transport", "fid_judge")),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "4,000 steps) scored {} and {} ({} and {}",
+        [
+            v("ref04", row("method", "fid_lenet")),
+            v("ref04", row("transport", "fid_lenet")),
+            v("ref04", row("method", "fid_judge")),
+            v("ref04", row("transport", "fid_judge")),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "the preset of 2026-12-03 scored {} and {} ({} and {}",
+        [
+            v("ref03", row("method", "fid_lenet")),
+            v("ref03", row("transport", "fid_lenet")),
+            v("ref03", row("method", "fid_judge")),
+            v("ref03", row("transport", "fid_judge")),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "{} steps, {} and {} ({} and {})",
+        [
+            v("ref03wall", "step", ",d"),
+            v("ref03wall", row("method", "fid_lenet")),
+            v("ref03wall", row("transport", "fid_lenet")),
+            v("ref03wall", row("method", "fid_judge")),
+            v("ref03wall", row("transport", "fid_judge")),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "reads {} / {} against {} / {} with the trained map alone",
+        [
+            v("eqt05", eqt05("none", "fid_lenet")),
+            v("eqt05", eqt05("none", "fid_judge")),
+            v("eqt", eqt("none", "fid_lenet")),
+            v("eqt", eqt("none", "fid_judge")),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "trained map alone scores {} / {} (FID (LeNet) / FID (judge)),"
+        " ahead of flow matching at 1 and 2 Euler steps and behind from 4 ({} / {})",
+        [
+            v("eqt", eqt("none", "fid_lenet")),
+            v("eqt", eqt("none", "fid_judge")),
+            v("eqt", eqt("Euler, 4 steps", "fid_lenet")),
+            v("eqt", eqt("Euler, 4 steps", "fid_judge")),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "K and the transport, {} / {}, level with its 10 steps ({} / {})",
+        [
+            v("eqt", eqt("transport", "fid_lenet")),
+            v("eqt", eqt("transport", "fid_judge")),
+            v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
+            v("eqt", eqt("Euler, 10 steps", "fid_judge")),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "scores {} / {} alone and {} / {} with the maps",
+        [
+            v("eqt05", eqt05("none", "fid_lenet")),
+            v("eqt05", eqt05("none", "fid_judge")),
+            v("eqt05", eqt05("transport", "fid_lenet")),
+            v("eqt05", eqt05("transport", "fid_judge")),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "behind 100 on the LeNet ({}) and ahead on the judge ({})",
+        [
+            v("eqt", f"{FM}Euler, 100 steps/seed=0/fid_lenet"),
+            v("eqt", f"{FM}Euler, 100 steps/seed=0/fid_judge"),
+        ],
+    ),
+]
+
+
+def _cond_row(w: str) -> list[tuple[str, str, str]]:
+    """One row of conditional.md's pretrained table: now (before) FIDs, then the rest."""
+    keys = ["precision", "recall"]
+    acc = ["lenet_accuracy_mean", "lenet_accuracy_min", "judge_accuracy_mean", "judge_accuracy_min"]
+    return (
+        [v("cond", row(w, "fid_lenet")), v("cond_old", row(w, "fid_lenet"))]
+        + [v("cond", row(w, "fid_judge")), v("cond_old", row(w, "fid_judge"))]
+        + [v("cond", row(w, k), ".3f") for k in keys + acc]
+    )
+
+
+def _cond25_row(w: str) -> list[tuple[str, str, str]]:
+    acc = ["lenet_accuracy_mean", "lenet_accuracy_min", "judge_accuracy_mean", "judge_accuracy_min"]
+    return (
+        [v("cond25", row(w, "fid_lenet")), v("cond25", row(w, "fid_judge"))]
+        + [v("cond25", row(w, k), ".3f") for k in ["recall", *acc]]
+        + [v("cond25_old", row(w, "fid_lenet")), v("cond25_old", row(w, "fid_judge"))]
+        + [v("cond25_old", row(w, "lenet_accuracy_min"), ".3f")]
+    )
+
+
+CHECKS += (
+    [
+        (
+            "docs/conditional.md",
+            f"| {w} | {{}} ({{}}) | {{}} ({{}}) | {{}} | {{}} | {{}} / {{}} | {{}} / {{}} |",
+            _cond_row(f"w={w}"),
+        )
+        for w in ("0", "0.5", "1", "2", "4")
+    ]
+    + [
+        (
+            "docs/conditional.md",
+            f"| {w} | {{}} | {{}} | {{}} | {{}} / {{}} | {{}} / {{}} | {{}} / {{}} / {{}} |",
+            _cond25_row(f"w={w}"),
+        )
+        for w in ("0", "1", "2")
+    ]
+    + [
+        (
+            "docs/conditional.md",
+            "the trained map alone, scores FID (LeNet) {} and FID (judge) {}",
+            fid("pre", "method"),
+        ),
+        (
+            "docs/conditional.md",
+            "transport, {} and {}. The conditional model",
+            fid("pre", "transport"),
+        ),
+        (
+            "docs/conditional.md",
+            "met at w = 0 ({}) and w = 0.5 ({})",
+            [v("cond", row("w=0", "fid_lenet")), v("cond", row("w=0.5", "fid_lenet"))],
+        ),
+        (
+            "docs/conditional.md",
+            "met at w = 1 (smallest {}, the 9s)",
+            [v("cond", row("w=1", "lenet_accuracy_min"), ".3f")],
+        ),
+        (
+            "docs/conditional.md",
+            "FID (judge) {} and judge accuracy ≥ {} for every class",
+            [
+                v("cond", row("w=1", "fid_judge")),
+                v("cond", row("w=1", "judge_accuracy_min"), ".3f"),
+            ],
+        ),
+        ("docs/conditional.md", "5,000 steps in 29.5 minutes", []),
+        (
+            "docs/conditional.md",
+            "(5,313 steps, 2026-12-03) scores {} / {} with the trained map alone",
+            fid("ref03wall", "method"),
+        ),
+        ("docs/conditional.md", "K and the transport), with nothing", []),
+        (
+            "docs/conditional.md",
+            "({} / {} with K and the transport)",
+            fid("ref03wall", "transport"),
+        ),
+        (
+            "docs/conditional.md",
+            "the `cpu` preset's step makes {} steps/s",
+            [v("step05", "results/cpu~ours@128/this/steps_per_s", ".2f")],
+        ),
+        (
+            "docs/conditional.md",
+            "whose unconditional step makes {}",
+            [v("step05", "results/cpu~ours@128/fb819e8/steps_per_s", ".2f")],
+        ),
+    ]
+    + [
+        (
+            "docs/conditional.md",
+            f"| {m}, T = {t} | {c} | {w} | {{}} | {{}} dB |",
+            [
+                v(
+                    "cond_exact",
+                    f"one_step_vs_multi_step/method={m.lower()}/class={c}/max_abs_diff",
+                    "e1",
+                ),
+                v(
+                    "cond_exact",
+                    f"one_step_vs_multi_step/method={m.lower()}/class={c}/agreement_db",
+                    ".0f",
+                ),
+            ],
+        )
+        for m, t, c, w in [
+            ("Euler", 1000, 3, 0),
+            ("Euler", 1000, 7, 1),
+            ("Euler", 1000, 9, 2),
+            ("RK4", 100, 3, 0),
+            ("RK4", 100, 7, 1),
+            ("RK4", 100, 9, 2),
+        ]
+    ]
+    + [
+        (
+            "docs/conditional.md",
+            "| ours, one step | 0 | 2 | {} | {} | {} | {} |",
+            [
+                v("cond_bench", "rows/guidance=0.0/model^=ours (/ms_per_image", ".2f"),
+                v("cond_bench", "rows/guidance=0.0/model^=ours (/fid_lenet"),
+                v("cond_bench", "rows/guidance=0.0/model^=ours (/fid_judge"),
+                v("cond_bench", "rows/guidance=0.0/model^=ours (/lenet_accuracy_min", ".3f"),
+            ],
+        ),
+        (
+            "docs/conditional.md",
+            "| flow matching, Euler 4 steps | 0 | 4 | {} | {} | {} | {} |",
+            [
+                v("cond_bench", "rows/guidance=0.0/sampler=Euler, 4 steps/ms_per_image"),
+                v("cond_bench", "rows/guidance=0.0/sampler=Euler, 4 steps/fid_lenet"),
+                v("cond_bench", "rows/guidance=0.0/sampler=Euler, 4 steps/fid_judge"),
+                v(
+                    "cond_bench",
+                    "rows/guidance=0.0/sampler=Euler, 4 steps/lenet_accuracy_min",
+                    ".3f",
+                ),
+            ],
+        ),
+    ]
+)
+
+
+def _eqt_table_row(model: str, sampler: str, label: str) -> Check:
+    """One row of BENCHMARKS §3's two-seed table: seed 0 / seed 1 (**mean**) per column."""
+    keys = [
+        ("fid_lenet", ".1f"),
+        ("fid_judge", ".1f"),
+        ("precision", ".3f"),
+        ("recall", ".3f"),
+        ("confidence", ".3f"),
+        ("ms_per_image", ".2f"),
+    ]
+    values = []
+    for key, fmt in keys:
+        for seed in (0, 1, None):
+            values.append(v("eqt", eqt(sampler, key, seed), fmt))
+    cells = " | ".join(["{} / {} ({})"] * len(keys))
+    return (
+        "BENCHMARKS.md",
+        f"| {model} | {label} | 2 / 2 | 0 / 1 | {cells} |"
+        if model == "ours"
+        else f"| {model} | {label} | {sampler.split(', ')[1].split()[0]} / "
+        f"{sampler.split(', ')[1].split()[0]} | 0 / 1 | {cells} |",
+        values,
+    )
+
+
+def _eqt05_cell(maps: str, label: str) -> Check:
+    values = [v("eqt05", eqt05(maps, "fid_lenet", s)) for s in (0, 1, None)]
+    values += [v("eqt05", eqt05(maps, "fid_judge", s)) for s in (0, 1, None)]
+    values += [v("eqt", eqt(maps, "fid_lenet", s)) for s in (0, 1, None)]
+    values += [v("eqt", eqt(maps, "fid_judge", s)) for s in (0, 1, None)]
+    pair = "{} / {} ({}); judge {} / {} ({})"
+    return ("BENCHMARKS.md", f"| {label} | {pair} | {pair} |", values)
+
+
+CHECKS += (
+    [
+        _eqt_table_row("flow matching", "Euler, 1 step", "Euler, 1 step"),
+        _eqt_table_row("flow matching", "Euler, 2 steps", "Euler, 2 steps"),
+        _eqt_table_row("flow matching", "Euler, 4 steps", "Euler, 4 steps"),
+        _eqt_table_row("flow matching", "Euler, 10 steps", "Euler, 10 steps"),
+        _eqt_table_row(
+            "ours", "none", "one-step euler, T = 1000, final predict, float64, maps none"
+        ),
+        _eqt_table_row(
+            "ours",
+            "calibration",
+            "one-step euler, T = 1000, final predict, float64, maps calibration",
+        ),
+        _eqt_table_row(
+            "ours", "transport", "one-step euler, T = 1000, final predict, float64, maps transport"
+        ),
+        (
+            "BENCHMARKS.md",
+            "| flow matching | Euler, 100 steps | 100 | 0 | {} | {} | {} | {} | {} | {} |",
+            [
+                v("eqt", f"{FM}Euler, 100 steps/fid_lenet"),
+                v("eqt", f"{FM}Euler, 100 steps/fid_judge"),
+                v("eqt", f"{FM}Euler, 100 steps/precision", ".3f"),
+                v("eqt", f"{FM}Euler, 100 steps/recall", ".3f"),
+                v("eqt", f"{FM}Euler, 100 steps/confidence", ".3f"),
+                v("eqt", f"{FM}Euler, 100 steps/ms_per_image", ".2f"),
+            ],
+        ),
+        _eqt05_cell(
+            "none", "**trained map alone** (one-step Euler, T = 1000, final predict, float64)"
+        ),
+        _eqt05_cell("calibration", "with the post-hoc K"),
+        _eqt05_cell("transport", "with the post-hoc K and transport"),
+        (
+            "BENCHMARKS.md",
+            "our `cpu` preset at {} steps/s, flow matching at {}",
+            [v("probe", "ours_steps_per_s", ".2f"), v("probe", "fm_steps_per_s", ".2f")],
+        ),
+        (
+            "BENCHMARKS.md",
+            "post-hoc fit ({} % of the reference run's time) take {} s,"
+            " in which flow matching makes {} steps",
+            [
+                v("probe", "fit_share", "%1"),
+                v("probe", "equal_seconds", ",.0f"),
+                v("probe", "fm_steps", ",d"),
+            ],
+        ),
+        (
+            "BENCHMARKS.md",
+            "samples ({} against {}, [select.json]",
+            [v("select", "scores/fm-lr0.001-s0"), v("select", "scores/fm-lr0.002-s0")],
+        ),
+        (
+            "BENCHMARKS.md",
+            "runs (two rates, two seeds) trained at the fixed {} steps on one {}",
+            [
+                v("fm_runs", "fm-lr0.002-s1/steps", ",d"),
+                v("fm_runs", "fm-lr0.002-s1/device", "H200"),
+            ],
+        ),
+        (
+            "BENCHMARKS.md",
+            "| `cpu` preset, batch 128 | this version | {} | {} | {} | {} | {} | {} |",
+            [
+                v("step05", "results/cpu~ours@128/this/steps_per_s", ".2f"),
+                v("step05", "results/cpu~ours@128/this/samples_per_s", ".0f"),
+                v("step05", "results/cpu~ours@128/this/gflop_per_step", ".1f"),
+                v("step05", "results/cpu~ours@128/this/gflops", ".1f"),
+                v("step05", "results/cpu~ours@128/this/percent_of_sgemm", ".1f"),
+                v("step05", "results/cpu~ours@128/this/peak_mib", ".0f"),
+            ],
+        ),
+        (
+            "BENCHMARKS.md",
+            "| | fb819e8 | {} | {} | {} | {} | {} | {} |",
+            [
+                v("step05", "results/cpu~ours@128/fb819e8/steps_per_s", ".2f"),
+                v("step05", "results/cpu~ours@128/fb819e8/samples_per_s", ".0f"),
+                v("step05", "results/cpu~ours@128/fb819e8/gflop_per_step", ".1f"),
+                v("step05", "results/cpu~ours@128/fb819e8/gflops", ".1f"),
+                v("step05", "results/cpu~ours@128/fb819e8/percent_of_sgemm", ".1f"),
+                v("step05", "results/cpu~ours@128/fb819e8/peak_mib", ".0f"),
+            ],
+        ),
+        (
+            "BENCHMARKS.md",
+            "| paper architecture, batch 32 | this version | {} | {} | {} | {} | {} |",
+            [
+                v("paper05", "results/paper~ours@32/this/steps_per_s", ".2f"),
+                v("paper05", "results/paper~ours@32/this/samples_per_s", ".0f"),
+                v("paper05", "results/paper~ours@32/this/gflop_per_step", ".1f"),
+                v("paper05", "results/paper~ours@32/this/gflops", ".1f"),
+                v("paper05", "results/paper~ours@32/this/percent_of_sgemm", ".1f"),
+            ],
+        ),
+        (
+            "BENCHMARKS.md",
+            "| | the authors' algorithms | {} | {} | {} | {} | {} |",
+            [
+                v("paper05", "results/paper~reference@32/this/steps_per_s", ".2f"),
+                v("paper05", "results/paper~reference@32/this/samples_per_s", ".0f"),
+                v("paper05", "results/paper~reference@32/this/gflop_per_step", ".1f"),
+                v("paper05", "results/paper~reference@32/this/gflops", ".1f"),
+                v("paper05", "results/paper~reference@32/this/percent_of_sgemm", ".1f"),
+            ],
+        ),
+        (
+            "BENCHMARKS.md",
+            "the new reference run meets all {} repro claims",
+            [v("repro", "claims/#all", "d")],
+        ),
+        (
+            "BENCHMARKS.md",
+            "peak resident memory 3.1 GiB, {} of {} claims",
+            [v("repro", "claims/#passed", "d"), v("repro", "claims/#count", "d")],
+        ),
+        (
+            "BENCHMARKS.md",
+            "float32 linearity, which the former preset missed, reads {}",
+            [v("repro", "claims/linearity/max_rel_err", "e1")],
+        ),
+        (
+            "BENCHMARKS.md",
+            "rounding ({} to {} dB, measured on `pretrained:mnist-cond`",
+            [
+                v("cond_exact", "one_step_vs_multi_step/agreement_db/#min", ".0f"),
+                v("cond_exact", "one_step_vs_multi_step/agreement_db/#max", ".0f"),
+            ],
+        ),
+    ]
+    + [
+        (
+            "BENCHMARKS.md",
+            f"| ours | one step (B) | {g} | 2 | **{{}}** | {{}} | {{}}"
+            " | {} / {} | {} / {} |",
+            [
+                v("cond_bench", f"rows/guidance={g}.0/model^=ours (/{k}", f)
+                for k, f in [
+                    ("ms_per_image", ".2f"),
+                    ("fid_lenet", ".1f"),
+                    ("fid_judge", ".1f"),
+                    ("lenet_accuracy_mean", ".3f"),
+                    ("lenet_accuracy_min", ".3f"),
+                    ("judge_accuracy_mean", ".3f"),
+                    ("judge_accuracy_min", ".3f"),
+                ]
+            ],
+        )
+        for g in (0, 1)
+    ]
+    + [
+        # docs/flow.md: its claim counts, each against the run it names
+        (
+            "docs/flow.md",
+            "from this run: {} of {} claims",
+            [v("repro", "claims/#passed", "d"), v("repro", "claims/#count", "d")],
+        ),
+        (
+            "docs/flow.md",
+            "All {} claims hold on the 2026-12-05 run",
+            [v("repro", "claims/#all", "d")],
+        ),
+        (
+            "docs/flow.md",
+            "regenerated 2026-12-04) {} of {} claims hold",
+            [v("repro_pre", "claims/#passed", "d"), v("repro_pre", "claims/#count", "d")],
+        ),
+    ]
+    + [
+        # docs/flow.md: each reference run's table, FID (LeNet) / FID (judge) per run
+        (
+            "docs/flow.md",
+            f"| {label} | {{}} / {{}} | {{}} / {{}} |",
+            fid(left, name) + fid(right, name),
+        )
+        for left, right in (("ref05", "ref04"), ("ref04", "ref03"), ("ref03", "ref03wall"))
+        for label, name in (
+            ("trained map alone: T = 1000, final predict (default)", "method"),
+            ("authors' grid: T = 100, final skip", "authors-grid"),
+            ("with the post-hoc K", "calibration"),
+            ("with the post-hoc K and transport", "transport"),
+        )
+    ]
+    + [
+        (
+            "docs/flow.md",
+            "The trained map alone: precision {}, recall {}, confidence {}, rarest class {} %.)",
+            [
+                v(run, row("method", "precision"), ".3f"),
+                v(run, row("method", "recall"), ".3f"),
+                v(run, row("method", "confidence"), ".3f"),
+                v(run, row("method", "min_class_share"), "%"),
+            ],
+        )
+        for run in ("ref05", "ref04")
+    ]
+    + [
+        # CHANGELOG.md: the Unreleased section states each current number once
+        (
+            "CHANGELOG.md",
+            "FID (LeNet) / FID (judge) {} / {} without guidance,"
+            " {} / {} at w = 0.5 and {} / {} at w = 1",
+            fid("cond", "w=0") + fid("cond", "w=0.5") + fid("cond", "w=1"),
+        ),
+        (
+            "CHANGELOG.md",
+            "trained map alone scores FID (LeNet) {} and FID (judge) {} against {} and {}",
+            [
+                v("eqt05", eqt05("none", "fid_lenet")),
+                v("eqt05", eqt05("none", "fid_judge")),
+                v("eqt", eqt("none", "fid_lenet")),
+                v("eqt", eqt("none", "fid_judge")),
+            ],
+        ),
+        (
+            "CHANGELOG.md",
+            "the post-hoc K and transport {} and {} against {} and {}",
+            [
+                v("eqt05", eqt05("transport", "fid_lenet")),
+                v("eqt05", eqt05("transport", "fid_judge")),
+                v("eqt", eqt("transport", "fid_lenet")),
+                v("eqt", eqt("transport", "fid_judge")),
+            ],
+        ),
+        (
+            "CHANGELOG.md",
+            "{} / {} with the trained map alone, {} / {} with the maps,"
+            " and all {} of the paper's claims hold, float32 linearity at {}",
+            fid("ref05", "method")
+            + fid("ref05", "transport")
+            + [v("repro", "claims/#all", "d"), v("repro", "claims/linearity/max_rel_err", "e1")],
+        ),
+        (
+            "CHANGELOG.md",
+            "({} against {})",
+            [
+                v("step05", "results/cpu~ours@128/this/steps_per_s", ".2f"),
+                v("step05", "results/cpu~ours@128/fb819e8/steps_per_s", ".2f"),
+            ],
+        ),
+        (
+            "CHANGELOG.md",
+            "{} / {} without guidance and {} / {} at w = 1 (10,000 samples)",
+            fid("cond25", "w=0") + fid("cond25", "w=1"),
+        ),
+        (
+            "CHANGELOG.md",
+            "10,000 samples: {} / {}; with K and the transport {} / {}",
+            fid("pre", "method") + fid("pre", "transport"),
+        ),
+        (
+            "CHANGELOG.md",
+            "{} of its {} repro claims hold",
+            [v("repro_pre", "claims/#passed", "d"), v("repro_pre", "claims/#count", "d")],
+        ),
+    ]
+)
+
+
+# ---------------------------------------------------------------- the checker
+
+
+@cache
+def load_json(rel: str) -> Any:
+    return json.loads((ROOT / rel).read_text(encoding="utf-8"))
+
+
+def _step(node: Any, seg: str) -> Any:
+    many = isinstance(node, list) and node and isinstance(node[0], dict)
+    if seg.startswith("#"):
+        return _reduce(node, seg)
+    if "^=" in seg and isinstance(node, list):
+        key, prefix = seg.split("^=", 1)
+        return [item for item in node if str(item.get(key)).startswith(prefix)]
+    if "=" in seg and isinstance(node, list):
+        key, want = seg.split("=", 1)
+        return [item for item in node if str(item.get(key)) == want]
+    if isinstance(node, list) and not many:
+        return node[int(seg)]
+    if many:
+        return node[0][seg] if len(node) == 1 else [item[seg] for item in node]
+    return node[seg.replace("~", "/")]
+
+
+def _reduce(node: Any, op: str) -> Any:
+    if op in ("#passed", "#count", "#all"):
+        passed = sum(bool(claim["passed"]) for claim in node.values())
+        if op == "#all":
+            return len(node) if passed == len(node) else f"not all ({passed} of {len(node)})"
+        return passed if op == "#passed" else len(node)
+    values = [float(x) for x in node]
+    return {"#mean": sum(values) / len(values), "#min": min(values), "#max": max(values)}[op]
+
+
+def resolve(rel: str, path: str) -> Any:
+    """The value at ``path`` in the JSON file ``rel`` (see the module docstring)."""
+    node = load_json(rel)
+    for seg in path.split("/"):
+        node = _step(node, seg)
+        if isinstance(node, list) and not node:
+            raise KeyError(f"{rel}: {path!r} selects nothing at {seg!r}")
+    if isinstance(node, list) and len(node) == 1:
+        node = node[0]
+    return node
+
+
+def fmt(value: Any, spec: str) -> str:
+    """Format a JSON value as the documents write it.
+
+    >>> fmt(7.119e-05, "e1"), fmt(0.982, "%"), fmt(0.1268, "%1"), fmt(1488.6, ",.0f")
+    ('7.1e-5', '98.2', '12.7', '1,489')
+    """
+    if spec == "e1":
+        mantissa, exponent = f"{value:.1e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    if spec == "%":
+        return f"{100 * value:.1f}"
+    if spec == "%1":
+        return f"{100 * value:.1f}"
+    if spec == "H200":
+        return str(value).replace("NVIDIA ", "")
+    if spec == "s":
+        return str(value)
+    return format(value, spec)
+
+
+def normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text.replace("**", ""))
+
+
+def expected_phrase(check: Check) -> str:
+    _doc, phrase, values = check
+    return normalise(phrase.format(*(fmt(resolve(J[n], p), f) for n, p, f in values)))
+
+
+def check_doc(text: str, checks: list[Check]) -> list[str]:
+    """One line per check whose JSON-formatted phrase is missing from ``text``."""
+    body = normalise(text)
+    return [
+        f"{check[0]}: expected {expected_phrase(check)!r} (from the JSON), not found"
+        for check in checks
+        if expected_phrase(check) not in body
+    ]
+
+
+def count_numbers() -> int:
+    return sum(len(values) for _doc, _phrase, values in CHECKS)
+
+
+# ---------------------------------------------------------------- the tests
+
+
+@pytest.mark.parametrize("doc", sorted({c[0] for c in CHECKS}))
+def test_every_number_matches_its_json(doc):
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert check_doc(text, [c for c in CHECKS if c[0] == doc]) == []
+
+
+def test_the_table_covers_the_headline_documents():
+    docs = {c[0] for c in CHECKS}
+    assert {
+        "README.md",
+        "docs/quality.md",
+        "docs/conditional.md",
+        "BENCHMARKS.md",
+        "CHANGELOG.md",
+    } <= docs
+    assert count_numbers() >= 150
+
+
+def test_every_json_file_exists():
+    for rel in J.values():
+        assert (ROOT / rel).is_file(), rel
+
+
+def test_a_planted_wrong_number_fails(tmp_path):
+    copy = tmp_path / "conditional.md"
+    shutil.copy(ROOT / "docs/conditional.md", copy)
+    text = copy.read_text(encoding="utf-8")
+    assert "| 0 | 22.0 (18.8) |" in text
+    copy.write_text(text.replace("| 0 | 22.0 (18.8) |", "| 0 | 18.8 (18.8) |"), encoding="utf-8")
+    problems = check_doc(
+        copy.read_text(encoding="utf-8"), [c for c in CHECKS if c[0] == "docs/conditional.md"]
+    )
+    assert len(problems) == 1
+    assert "| 0 | 22.0 (18.8) |" in problems[0]
+
+
+def test_a_claim_count_names_its_run(tmp_path):
+    copy = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    # the shipped model's count written as the cpu preset's: the check reads its own run's JSON
+    copy.write_text(
+        text.replace("`pretrained:mnist`, 6 of 8 hold", "`pretrained:mnist`, 8 of 8 hold")
+    )
+    problems = check_doc(copy.read_text(), [c for c in CHECKS if c[0] == "README.md"])
+    assert problems == [
+        "README.md: expected 'On the shipped `pretrained:mnist`, 6 of 8 hold'"
+        " (from the JSON), not found"
+    ]
+    assert resolve(J["repro_pre"], "claims/#all").startswith("not all")
+
+
+def test_the_changelog_states_each_shipped_score_once():
+    unreleased = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").split("## [0.1.0]")[0]
+    old = [
+        fmt(resolve(J["cond_old"], row("w=0", "fid_lenet")), ".1f"),
+        fmt(resolve(J["pre_old"], row("method", "fid_lenet")), ".1f"),
+    ]
+    for number in old:  # the superseded weights' scores are history, not the current state
+        assert number not in unreleased, number
+    assert "4,000 steps" not in unreleased
+
+
+def test_the_shipped_model_count_is_the_package_assets():
+    words = {1: "One", 2: "Two", 3: "Three", 4: "Four", 5: "Five"}
+    shipped = sorted((ROOT / "src/linearizer/assets").glob("flow_*.json"))
+    flow_md = normalise((ROOT / "docs/flow.md").read_text(encoding="utf-8"))
+    assert f"{words[len(shipped)]} models ship inside the package" in flow_md
+    for asset in shipped:
+        name = load_json(str(asset.relative_to(ROOT)))["name"]
+        assert f"`pretrained:{name}`" in flow_md, name
