@@ -35,7 +35,8 @@ def add_config_options(
     """``--name`` (underscores as dashes, or ``flags[name]``: one flag or several) for every
     field of ``cls``: its type, its default and its help. A boolean that defaults to False is a
     switch; one that defaults to True is turned off by ``--no-name``. With ``default_from``
-    (say "the run's") an option left out is absent from the namespace, so that source's value stands."""
+    (say "the run's") an option left out is absent from the namespace, so that source's value
+    stands."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         flag = (flags or {}).get(f.name, "--" + f.name.replace("_", "-"))
