@@ -1,5 +1,5 @@
 """Every restoration setting has one default, in :class:`RestoreSpec`: the commands' options,
-the report, :func:`restore` and the solvers all read it from there."""
+the report, :func:`restore` and the algorithms all read it from there."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import inspect
 import pytest
 
 from linearizer.errors import LinearizerError
-from linearizer.restore import evaluate, report, solvers
+from linearizer.restore import algorithms, evaluate, report
 from linearizer.restore.spec import DEFAULT, RestoreSpec
 
 FIELDS = {f.name: f.default for f in dataclasses.fields(RestoreSpec)}
@@ -45,9 +45,9 @@ def test_functions_default_to_the_spec():
     assert inspect.signature(report.run_task).parameters["spec"].default == DEFAULT
     assert inspect.signature(report.restore_report).parameters["spec"].default == DEFAULT
     params = {
-        (solvers.alternating, "iters"): DEFAULT.iters,
-        (solvers.range_map, "steps"): DEFAULT.map_steps,
-        (solvers.noise_optimisation, "steps"): DEFAULT.noise_steps,
+        (algorithms.alternating, "iters"): DEFAULT.iters,
+        (algorithms.range_map, "steps"): DEFAULT.map_steps,
+        (algorithms.noise_optimisation, "steps"): DEFAULT.noise_steps,
     }
     for (fn, name), value in params.items():
         assert inspect.signature(fn).parameters[name].default == value, fn.__name__

@@ -20,14 +20,7 @@ from .calibration import FitOptions, fit_calibration, load_calibration, save_cal
 from .components import find_components, shares
 from .config import FlowConfig
 from .model import OneStepFlow
-from .objective import (
-    draw_noise,
-    draw_times,
-    flow_loss,
-    group_times,
-    make_distance,
-    resolve_perceptual,
-)
+from .objective import draw_noise, flow_loss, make_distance, resolve_perceptual
 
 
 def load_images(cfg: FlowConfig, split: str = "train") -> tuple[Tensor, Tensor]:
@@ -58,12 +51,7 @@ class FlowTask(ImageTask, kind="flow", config=FlowConfig):
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor], rng: StepRandom):
         x1 = batch["x1"]
-        shape = x1.shape[1:]
-        times = draw_times(
-            self.cfg.time_sampling, lambda: rng.rand(like=x1), lambda: rng.randn(like=x1)
-        )
-        draws = {"t": group_times(times, self.cfg.time_groups)}
-        draws |= {k: rng.randn(*shape, like=x1) for k in ("x0", "n0", "n1")}
+        draws = draw_noise(x1, rng, times=self.cfg.time_sampling, groups=self.cfg.time_groups)
         labels = self.parts.train_labels(batch, rng, like=x1)
         return flow_loss(
             model,
