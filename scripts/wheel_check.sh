@@ -47,7 +47,8 @@ other = [n for n in names if n.startswith("linearizer/") and not n.endswith(".py
          and n not in assets]
 print(f"  other package data: {', '.join(other) or 'none'}")
 missing = [a for a in ("linearizer/py.typed",) if a not in names]
-for stem in ("flow_mnist", "flow_mnist_r16", "flow_mnist_cond", "lenet_mnist", "judge_mnist"):
+for stem in ("flow_mnist", "flow_mnist_r16", "flow_mnist_cond", "flow_mnist_mix", "lenet_mnist",
+             "judge_mnist"):
     for ext in ("safetensors", "json"):
         if f"linearizer/assets/{stem}.{ext}" not in names:
             missing.append(f"linearizer/assets/{stem}.{ext}")
