@@ -42,7 +42,12 @@ class MixtureFlow(OneStepFlow):
     """
 
     def __init__(
-        self, net: nn.Module, op: LinearOperator, image_shape: tuple[int, int, int], *, labelled
+        self,
+        net: nn.Module,
+        op: LinearOperator,
+        image_shape: tuple[int, int, int],
+        *,
+        labelled: bool,
     ) -> None:
         super().__init__(net, op, image_shape)
         self.components = int(getattr(op, "classes", 0))
