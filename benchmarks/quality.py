@@ -265,10 +265,15 @@ def fm_adaptive(net: nn.Module, x0: Tensor, tol: float) -> tuple[Tensor, int]:
     return torch.from_numpy(sol.y[:, -1]).float().reshape(shape), count[0]
 
 
-def batched(fn: Callable[[Tensor], Tensor], x0: Tensor, batch: int = 500) -> tuple[Tensor, float]:
+def batched(
+    fn: Callable[..., Tensor], x0: Tensor, labels: Tensor | None = None, batch: int = 500
+) -> tuple[Tensor, float]:
+    """``fn(chunk)`` over ``x0`` in chunks; with ``labels``, ``fn(chunk, its rows' labels)``."""
+    chunks = x0.split(batch)
     parts, start = [], time.perf_counter()
-    for chunk in x0.split(batch):
-        parts.append(fn(chunk).cpu())
+    for i, chunk in enumerate(chunks):
+        out = fn(chunk) if labels is None else fn(chunk, labels.split(batch)[i])
+        parts.append(out.cpu())
     return torch.cat(parts), time.perf_counter() - start
 
 
@@ -348,20 +353,30 @@ def rate_fm(
 
 
 def rate_ours(rater: Rater, run: Path, seed: int) -> None:
+    """Our run's rows: the trained map alone, then each post-hoc map the run holds. A mixture
+    samples the trained map alone (it holds no post-hoc map), each image's component drawn from
+    the mixture weights with the seed's generator, and its B build covers every component."""
+    from linearizer.flow.mixture import MixtureFlow
     from linearizer.flow.task import load_flow_run
 
     model, cfg, step = load_flow_run(run)
-    for maps in ("none", "calibration", "transport"):
+    mixture = isinstance(model, MixtureFlow)
+    for maps in ("none",) if mixture else ("none", "calibration", "transport"):
         spec = cfg.sampler.replace(maps=maps)
         name = spec.describe()
         if rater.done("ours", seed, name):
             continue
         start = time.perf_counter()
-        model.one_step_matrix(spec)  # built once per sampler, timed apart
+        for k in range(model.components) if mixture else (None,):
+            model.one_step_matrix(spec.replace(label=k))  # built once per sampler, timed apart
         build = time.perf_counter() - start
-        x0 = spec.noise(rater.n, model.image_shape, torch.Generator().manual_seed(seed))
+        gen = torch.Generator().manual_seed(seed)
+        x0 = spec.noise(rater.n, model.image_shape, gen)
+        labels = model.draw_components(rater.n, gen) if mixture else None
         with torch.no_grad():
-            x, dt = batched(lambda c, s=spec: model.sample(c, s).float(), x0)
+            x, dt = batched(
+                lambda c, rows=None, s=spec: model.sample(c, s, labels=rows).float(), x0, labels
+            )
         rater.add(
             "ours",
             seed,
@@ -373,6 +388,7 @@ def rate_ours(rater: Rater, run: Path, seed: int) -> None:
             spec=spec.to_dict(),
             run=str(run),
             step=step,
+            **({"components": model.components} if mixture else {}),
         )
 
 

@@ -51,7 +51,7 @@ from linearizer.errors import LinearizerError
 from linearizer.flow.factored import apply_rows, solve_rows
 from linearizer.flow.inversion import condition_number
 from linearizer.flow.spec import sample_spec
-from linearizer.invertible.base import as_cond
+from linearizer.invertible.base import as_flag
 from linearizer.invertible.dense import DenseConditioner
 from linearizer.invertible.logit import FlagLogit
 from linearizer.training.runs import load_run
@@ -159,7 +159,7 @@ def run_inverse(stage: Stage, h: Tensor, cond: Tensor) -> Tensor:
 
 
 def flag(value: float, ref: Tensor) -> Tensor:
-    return as_cond(value, ref.shape[0], ref)
+    return as_flag(value, ref.shape[0], ref)
 
 
 def amax(t: Tensor) -> float:

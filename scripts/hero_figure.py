@@ -1,10 +1,11 @@
 """The README's picture: one-step against multi-step samples of a pretrained model.
 
-    .venv/bin/python scripts/hero_figure.py [--run pretrained:mnist] [--out FILE.png]
+    .venv/bin/python scripts/hero_figure.py [--run pretrained:mnist-mix] [--out FILE.png]
 
 The same noise (seed 0) through the run's sampler (the trained map alone) twice: once as one
-matrix product ``g_data^-1(B g_noise(x0))``, once by the 1000-step solver in the latent. The
-caption gives their largest pixel difference; the sampler spec is printed.
+matrix product ``g_data^-1(B g_noise(x0))``, once by the 1000-step solver in the latent. A
+mixture draws each image's component once (seed 1) and both sides use it. The caption gives
+their largest pixel difference; the sampler spec is printed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw
 
-import linearizer.pretrained  # noqa: F401  (registers pretrained:NAME)
+from linearizer.flow.mixture import MixtureFlow
 from linearizer.training.runs import load_run
 
 
@@ -34,7 +35,7 @@ def grid(images: torch.Tensor, cols: int, scale: int) -> Image.Image:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--run", default="pretrained:mnist")
+    p.add_argument("--run", default="pretrained:mnist-mix")
     p.add_argument("--out", default="docs/flow/one_vs_multi.png")
     p.add_argument("--n", type=int, default=24)
     a = p.parse_args()
@@ -42,9 +43,12 @@ def main() -> None:
     model = run.model.double()
     spec = run.config.sampler.replace(maps="none")
     x0 = spec.noise(a.n, model.image_shape, torch.Generator().manual_seed(0)).double()
+    drawn = {}
+    if isinstance(model, MixtureFlow):
+        drawn["labels"] = model.draw_components(a.n, torch.Generator().manual_seed(1))
     with torch.no_grad():
-        one = model.sample(x0, spec)
-        multi = model.sample(x0, spec, one_step=False)
+        one = model.sample(x0, spec, **drawn)
+        multi = model.sample(x0, spec, one_step=False, **drawn)
     diff = float((one - multi).abs().max())
     left, right = grid(one.float(), 6, 3), grid(multi.float(), 6, 3)
     pad, head = 24, 34

@@ -258,3 +258,47 @@ def test_a_stored_copy_goes_to_the_device_asked(tmp_path):
     bcache.cached(key(), Builder(dense()), folder=tmp_path)
     got = bcache.cached(key(), Builder(None), folder=tmp_path, device=torch.device("meta"))
     assert got.device.type == "meta" and got.shape == (6, 6)
+
+
+def test_the_folder_keeps_the_most_recently_used_files_within_its_limit(tmp_path, monkeypatch):
+    def store(i, value=None):
+        builder = Builder(dense(i) if value is None else value)
+        bcache.cached(key(weights=str(i) * 64), builder, folder=tmp_path)
+        return builder.calls
+
+    files = {}
+    for i in range(3):
+        store(i)
+        files[i] = max(tmp_path.glob("*.safetensors"), key=lambda p: p.stat().st_mtime_ns)
+        os.utime(files[i], (1000.0 * (i + 1), 1000.0 * (i + 1)))  # 0 is the oldest
+    assert store(0) == 0  # a read marks 0 as just used
+    monkeypatch.setenv(bcache.SIZE_ENV, str(2.5 * files[0].stat().st_size / 2**20))
+    store(3)
+    assert files[0].is_file() and not files[1].exists() and not files[2].exists()
+    assert store(3, torch.zeros(6, 6, dtype=F64)) == 0  # the newest file always stays
+    monkeypatch.setenv(bcache.SIZE_ENV, "lots")
+    with pytest.raises(bcache.LinearizerError, match="LINEARIZER_CACHE_MB"):
+        bcache.max_bytes()
+
+
+def test_bypassed_neither_reads_nor_writes_the_folder(tmp_path):
+    stored = bcache.cached(key(), Builder(dense()), folder=tmp_path)
+    with bcache.bypassed():
+        fresh = Builder(dense(1))
+        assert bcache.cached(key(), fresh, folder=tmp_path) is fresh.value
+        bcache.cached(key(weights="1" * 64), Builder(dense(2)), folder=tmp_path)
+    assert fresh.calls == 1 and only_file(tmp_path).is_file()
+    assert torch.equal(bcache.cached(key(), Builder(None), folder=tmp_path), stored)
+
+
+def test_a_training_run_leaves_no_b_on_disk(tmp_path, monkeypatch):
+    from linearizer.flow.task import FlowTask
+    from linearizer.training.config import resolve
+    from linearizer.training.trainer import train
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(bcache.ENV, str(cache))
+    overrides = ["progress=false", "components=2", "eval_every=3"]
+    train(FlowTask(), resolve("flow", "smoke", overrides), tmp_path / "run")
+    assert len(list((tmp_path / "run" / "samples").glob("*.png"))) >= 2  # the grids were drawn
+    assert not list(cache.glob("*.safetensors"))

@@ -328,6 +328,12 @@ def test_explore_a_pretrained_model(runs, tmp_path, monkeypatch, capsys):
     assert "tabs: Generate, Walk, Invert & edit" in capsys.readouterr().out
 
 
+@needs_app
+def test_explore_opens_the_mixture_without_a_run(capsys):
+    assert main(["explore", "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("pretrained:mnist-mix: flow run")
+
+
 def test_open_run_errors(tmp_path):
     with pytest.raises(LinearizerError, match="no run kind|not a run folder"):
         open_run(tmp_path)

@@ -122,3 +122,12 @@ def test_invertible_modules_accept_the_former_cond_keyword() -> None:
     assert view.flag == 1.0 and torch.equal(view(x), old)
     with pytest.warns(DeprecationWarning, match="flag"):
         assert view.value == 1.0
+
+
+def test_as_cond_is_a_deprecated_alias_of_as_flag() -> None:
+    from linearizer.invertible import as_cond, as_flag
+
+    ref = torch.zeros(3, dtype=F64)
+    with pytest.warns(DeprecationWarning, match="as_flag"):
+        old = as_cond(0.5, 3, ref)
+    assert torch.equal(old, as_flag(0.5, 3, ref)) and old.dtype == F64

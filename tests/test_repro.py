@@ -92,6 +92,24 @@ def test_results_hold_every_claim_with_a_verdict(repro_out):
     assert results["wall_s"] > 0 and "environment" in results
 
 
+def test_a_mixture_is_measured_per_component(tmp_path, repro_out):
+    run, out = tmp_path / "run", tmp_path / "out"
+    train(FlowTask(), resolve("flow", "smoke", ["progress=false", "components=3"]), run)
+    assert main(["repro", str(run), "--out", str(out), *QUICK, "--n", "6"]) == 0
+    claims = read_json(out / "results.json")["claims"]
+    for name in ("linearity", "collapse_euler", "collapse_rk4", "inversion"):
+        assert claims[name]["components"] == 3 and len(claims[name]["per_component"]) == 3, name
+        assert "dealt over the 3 components" in claims[name]["how"], name
+    for name in EXACT:
+        assert claims[name]["passed"] is True, (name, claims[name]["verdict"])
+    assert max(claims["linearity"]["per_component"].values()) == claims["linearity"]["max_rel_err"]
+    assert claims["generation"]["components"] == 3
+    assert "a mixture of 3 exact linear generators" in (out / "REPORT.md").read_text()
+    # a one-generator report keeps its keys
+    one = read_json(repro_out / "results.json")["claims"]
+    assert not any("per_component" in c or "components" in c for c in one.values())
+
+
 def test_figures_and_report_are_written(repro_out):
     results = json.loads((repro_out / "results.json").read_text())
     for name in FIGURES:

@@ -25,7 +25,7 @@ from .algebra import Linearizer
 from .checks import check_image_batch
 from .errors import LinearizerError
 from .invertible import memsave
-from .invertible.base import Conditioned, as_cond
+from .invertible.base import Conditioned, as_flag
 from .operators.base import LinearOperator
 
 Flag = float | Tensor | None
@@ -81,18 +81,18 @@ class ImageModel(nn.Module):
     def encode_at(self, x: Tensor, flag: Flag) -> Tensor:
         """Flattened latents ``[B, D]`` of images under ``G(., flag)`` (flag per sample
         allowed)."""
-        cond = as_cond(flag, x.shape[0], x)
+        flags = as_flag(flag, x.shape[0], x)
         net = self.network
-        z = memsave.forward(net, x, cond) if self.memory_saving else net(x, cond)
+        z = memsave.forward(net, x, flags) if self.memory_saving else net(x, flags)
         return z.reshape(x.shape[0], -1)
 
     def decode_at(self, z: Tensor, flag: Flag) -> Tensor:
         """Images ``G^-1(z, flag)`` of flattened latents ``[B, D]``."""
         img = z.reshape(z.shape[0], *self.image_shape)
-        cond = as_cond(flag, z.shape[0], z)
+        flags = as_flag(flag, z.shape[0], z)
         if self.memory_saving:
-            return memsave.inverse(self.network, img, cond)
-        return self.network.inverse(img, cond)
+            return memsave.inverse(self.network, img, flags)
+        return self.network.inverse(img, flags)
 
     # --- Linearizers over the network -------------------------------------------------------
     def linearizer_of(

@@ -46,7 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "explore", help="interactive page over a run: generate, walk, invert, project, style"
     )
-    p.add_argument("run", help="run folder (flow, projective or style) or pretrained:NAME")
+    p.add_argument(
+        "run",
+        nargs="?",
+        default="pretrained:mnist-mix",
+        help="run folder (flow, projective or style) or pretrained:NAME",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (localhost only)")
     p.add_argument("--port", type=int, default=7860, help="port (0: the first free one)")
     p.add_argument("--k", type=int, default=6, help="singular directions offered in the Walk tab")

@@ -16,7 +16,10 @@ in memory as before.
 
 The folder (:func:`cache_folder`) is ``$LINEARIZER_CACHE`` (``off`` or ``0``: no disk cache),
 else ``one-step`` inside the user cache of downloads and pretrained models
-(:func:`linearizer.io.default_cache_dir`). Bump :data:`FORMAT_VERSION` whenever the way B is
+(:func:`linearizer.io.default_cache_dir`). It holds at most ``$LINEARIZER_CACHE_MB`` megabytes
+(default :data:`MAX_MB`): each store removes the least recently used files beyond that. Weights
+that change as they are used (a training run's grids) sample inside :func:`bypassed`, which
+keeps their B's in memory only. Bump :data:`FORMAT_VERSION` whenever the way B is
 built changes, so stored B's of the former algorithm are never read.
 
 >>> import tempfile, torch
@@ -30,12 +33,14 @@ built changes, so stored B's of the former algorithm are never read.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import os
 import struct
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -49,9 +54,23 @@ from .factored import FactoredMatrix
 FORMAT_VERSION = 1
 ENV = "LINEARIZER_CACHE"
 OFF = ("off", "0")
+SIZE_ENV = "LINEARIZER_CACHE_MB"
+MAX_MB = 2048  # about 400 dense float64 B's of MNIST (4.9 MB each)
 Stored = Tensor | FactoredMatrix
 
 _unwritable: set[Path] = set()  # folders already warned about: one line per folder and process
+_bypass = contextvars.ContextVar("linearizer_bcache_bypass", default=False)
+
+
+@contextlib.contextmanager
+def bypassed() -> Iterator[None]:
+    """Inside this block :func:`cached` builds without reading or writing the disk: for weights
+    that change between uses, whose B no later process could ever read back."""
+    token = _bypass.set(True)
+    try:
+        yield
+    finally:
+        _bypass.reset(token)
 
 
 def weights_digest(*parts: nn.Module | Tensor) -> str:
@@ -118,18 +137,59 @@ def cached(
     B is built on another device than the CPU names it there and in ``key`` (B's rounding
     depends on where it was built)."""
     folder = cache_folder() if folder is None else Path(folder)
-    if folder is None:
+    if folder is None or _bypass.get():
         return build()
     canonical = canonical_key(key)
     path = folder / f"{_file_name(canonical)}.safetensors"
     if _is_file(path):
         try:
-            return _load(path, canonical, torch.device(device))
+            value = _load(path, canonical, torch.device(device))
+            _touch(path)
+            return value
         except LinearizerError as e:
             warnings.warn(f"rebuilding the one-step matrix: {e}", stacklevel=2)
     value = build()
     _store(path, canonical, value)
+    prune(folder)
     return value
+
+
+def max_bytes() -> int:
+    """The folder's size limit: ``$LINEARIZER_CACHE_MB`` megabytes, else :data:`MAX_MB`."""
+    raw = os.environ.get(SIZE_ENV, "").strip()
+    try:
+        mb = float(raw) if raw else MAX_MB
+    except ValueError:
+        raise LinearizerError(f"{SIZE_ENV} must be a number of megabytes, got {raw!r}") from None
+    return int(max(mb, 0.0) * 2**20)
+
+
+def prune(folder: Path, limit: int | None = None) -> list[Path]:
+    """Remove the least recently used B files of ``folder`` until it holds at most ``limit``
+    bytes (default :func:`max_bytes`); the removed paths. The newest file always stays."""
+    limit = max_bytes() if limit is None else limit
+    files = []
+    for path in folder.glob("*.safetensors"):
+        try:
+            st = path.stat()
+        except OSError:  # removed by another process meanwhile
+            continue
+        files.append((st.st_mtime, st.st_size, path))
+    files.sort(reverse=True)  # newest first
+    total, removed = 0, []
+    for i, (_, size, path) in enumerate(files):
+        total += size
+        if total > limit and i > 0:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+def _touch(path: Path) -> None:
+    """Mark a file as just used (its modification time orders the pruning)."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
 
 
 def _is_file(path: Path) -> bool:

@@ -277,17 +277,17 @@ class OneStepFlow(ImageModel):
 class TransportedSide(InvertibleModule):
     """``tau^-1 o g``: an induced space ``g`` (images to latents of ``shape``) followed by the
     inverse of a latent transport ``tau`` on flattened latents; invertible like ``g``. Both are
-    fixed-flag views, so ``cond`` is ignored."""
+    fixed-flag views, so ``flag`` is ignored."""
 
     def __init__(self, g: nn.Module, tau: nn.Module, shape: tuple[int, ...]) -> None:
         super().__init__()
         self.g, self.tau, self.shape = g, tau, tuple(shape)
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
         z = self.g(x)
         return self.tau.inverse(z.reshape(len(z), -1)).reshape(z.shape)
 
-    def inverse(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
+    def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
         w = self.tau(z.reshape(len(z), -1)).reshape(len(z), *self.shape)
         return self.g.inverse(w)
 

@@ -15,6 +15,7 @@ from ..errors import LinearizerError
 from ..training.image_task import ImageTask
 from ..training.random_streams import StepRandom
 from ..training.runs import load_run, read_run_config
+from . import bcache
 from .build import build_flow
 from .calibration import FitOptions, fit_calibration, load_calibration, save_calibration
 from .components import find_components, shares
@@ -68,7 +69,8 @@ class FlowTask(ImageTask, kind="flow", config=FlowConfig):
         # the run's schedule, trained map alone: the grids show what training made
         spec = cfg.sampler.replace(maps="none")
         labels = self.parts.grid(len(noise))
-        x = model.sample(cfg.sampler.temperature * noise, spec, labels=labels)
+        with bcache.bypassed():  # these weights change by the next grid: keep no B on disk
+            x = model.sample(cfg.sampler.temperature * noise, spec, labels=labels)
         return {"samples": self.save_samples(x, step, run_dir, scale=2)}
 
     def on_finish(self, model: OneStepFlow, ema, step: int, run_dir: Path) -> dict | None:

@@ -109,15 +109,15 @@ class Coupling(InvertibleModule):
         s, t = self.net(a).chunk(2, dim=1)
         return 2 * torch.tanh(s / 2), t  # bounded log-scale: no blow-up early in the fit
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
         a, b = self._split(x)
         s, t = self._scale_shift(a)
         return self._join(a, b * s.exp() + t)
 
-    def inverse(self, y: Tensor, cond: Tensor | None = None) -> Tensor:
+    def inverse(self, y: Tensor, flag: Tensor | None = None) -> Tensor:
         return self.inverse_logdet(y)[0]
 
-    def inverse_logdet(self, y: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def inverse_logdet(self, y: Tensor, flag: Tensor | None = None) -> tuple[Tensor, Tensor]:
         a, b = self._split(y)
         s, t = self._scale_shift(a)
         return self._join(a, (b - t) * (-s).exp()), -s.sum(dim=1)
@@ -153,14 +153,14 @@ class Mixing(LUFactors, InvertibleModule):
             self.upper.copy_(upper.triu(1))
             self.log_s.copy_(diag.abs().log())
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
         lower, upper = self._factors()
         return (x @ upper.T @ lower.T)[:, self.order]
 
-    def inverse(self, y: Tensor, cond: Tensor | None = None) -> Tensor:
+    def inverse(self, y: Tensor, flag: Tensor | None = None) -> Tensor:
         return self.inverse_logdet(y)[0]
 
-    def inverse_logdet(self, y: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def inverse_logdet(self, y: Tensor, flag: Tensor | None = None) -> tuple[Tensor, Tensor]:
         lower, upper = self._factors()
         t = torch.linalg.solve_triangular(
             lower.T, y[:, torch.argsort(self.order)], upper=True, left=False, unitriangular=True
@@ -200,14 +200,14 @@ class VectorFlow(InvertibleModule):
     def _mix(self, i: int) -> Mixing | None:
         return None if self.mixes is None else self.mixes[i]
 
-    def forward(self, u: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, u: Tensor, flag: Tensor | None = None) -> Tensor:
         for i, (perm, c) in enumerate(zip(self.perms, self.couplings)):
             u = c(u[:, perm])[:, torch.argsort(perm)]
             if (mix := self._mix(i)) is not None:
                 u = mix(u)
         return u
 
-    def inverse_logdet(self, y: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def inverse_logdet(self, y: Tensor, flag: Tensor | None = None) -> tuple[Tensor, Tensor]:
         logdet = torch.zeros(len(y), dtype=y.dtype, device=y.device)
         for i in reversed(range(len(self.couplings))):
             if (mix := self._mix(i)) is not None:
@@ -218,7 +218,7 @@ class VectorFlow(InvertibleModule):
             y, logdet = y[:, torch.argsort(perm)], logdet + ld
         return y, logdet
 
-    def inverse(self, y: Tensor, cond: Tensor | None = None) -> Tensor:
+    def inverse(self, y: Tensor, flag: Tensor | None = None) -> Tensor:
         return self.inverse_logdet(y)[0]
 
     def nll(self, y: Tensor) -> Tensor:
@@ -268,12 +268,12 @@ class LatentTransport(InvertibleModule):
     def _replace(self, z: Tensor, old: Tensor, new: Tensor) -> Tensor:
         return (z.to(F64) + (new - old) @ self.basis.T).to(z.dtype)
 
-    def forward(self, z: Tensor, cond: Tensor | None = None) -> Tensor:
+    def forward(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
         c = self._coords(z)
         u = (c - self.src_mean) @ self.src_whiten
         return self._replace(z, c, self.dst_mean + self.flow(u) @ self.dst_colour)
 
-    def inverse(self, w: Tensor, cond: Tensor | None = None) -> Tensor:
+    def inverse(self, w: Tensor, flag: Tensor | None = None) -> Tensor:
         c = self._coords(w)
         u = self.flow.inverse((c - self.dst_mean) @ self.dst_whiten)
         return self._replace(w, c, self.src_mean + u @ self.src_colour)

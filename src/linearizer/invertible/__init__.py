@@ -6,7 +6,7 @@ every conditioner.
 """
 
 from .actnorm import ActNorm
-from .base import Conditioned, InvertibleModule, as_cond, same_network
+from .base import Conditioned, InvertibleModule, as_cond, as_flag, same_network
 from .cnn import SmallCNN
 from .conv1x1 import InvConv1x1
 from .coupling import AffineCoupling
@@ -30,6 +30,7 @@ __all__ = [
     "SmallCNN",
     "Squeeze",
     "as_cond",
+    "as_flag",
     "conditioners_in",
     "cpu_network",
     "paper_network",

@@ -100,13 +100,23 @@ def has_logdet(module: nn.Module) -> bool:
     return method is not InvertibleModule.inverse_logdet
 
 
-def as_cond(value: float | Tensor | None, batch: int, ref: Tensor) -> Tensor | None:
+def as_flag(value: float | Tensor | None, batch: int, ref: Tensor) -> Tensor | None:
     """Broadcast a scalar flag to the per-sample ``[B]`` tensor conditioners expect."""
     if value is None:
         return None
     if isinstance(value, Tensor):
         return value.to(ref).expand(batch) if value.dim() == 0 else value.to(ref)
     return torch.full((batch,), float(value), dtype=ref.dtype, device=ref.device)
+
+
+def as_cond(value: float | Tensor | None, batch: int, ref: Tensor) -> Tensor | None:
+    """Deprecated name of :func:`as_flag` (kept for one release)."""
+    _deprecated_name("as_cond", "as_flag")
+    return as_flag(value, batch, ref)
+
+
+def _deprecated_name(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
 
 
 class Conditioned(nn.Module):
@@ -152,10 +162,10 @@ class Conditioned(nn.Module):
         return self.flag
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.net(x, as_cond(self.flag, x.shape[0], x))
+        return self.net(x, as_flag(self.flag, x.shape[0], x))
 
     def inverse(self, z: Tensor) -> Tensor:
-        return self.net.inverse(z, as_cond(self.flag, z.shape[0], z))
+        return self.net.inverse(z, as_flag(self.flag, z.shape[0], z))
 
     def extra_repr(self) -> str:
         return f"flag={self.flag}"

@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from .actnorm import ActNorm, FlagActNorm
-from .base import InvertibleModule, as_cond
+from .base import InvertibleModule, as_flag
 from .coupling import AffineCoupling
 from .network import CouplingBlock, InvertibleNetwork
 from .sequential import InvertibleSequential
@@ -95,7 +95,7 @@ def _run(net: nn.Module, x: Tensor, flag, inverse: bool) -> Tensor:
         # The network's own checks and flag broadcasting, then its (cheap, stateless) squeeze.
         flag, squeeze = net._prepare(x, flag), net.squeeze
     else:
-        flag, squeeze = as_cond(flag, x.shape[0], x), None
+        flag, squeeze = as_flag(flag, x.shape[0], x), None
     if squeeze is not None:
         x = squeeze(x)
     order = list(reversed(chain)) if inverse else chain

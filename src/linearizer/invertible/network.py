@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from ..checks import check_channels
 from ..errors import LinearizerError
 from .actnorm import ActNorm, FlagActNorm
-from .base import InvertibleModule, as_cond
+from .base import InvertibleModule, as_flag
 from .cnn import SmallCNN
 from .conv1x1 import InvConv1x1
 from .coupling import AffineCoupling
@@ -186,7 +186,7 @@ class InvertibleNetwork(InvertibleModule):
                 f"{type(self).__name__} squeezes 2x2 and needs height and width divisible by "
                 f"{self.divisor}, got {x.shape[2]}x{x.shape[3]}"
             )
-        flag = as_cond(flag, x.shape[0], x)
+        flag = as_flag(flag, x.shape[0], x)
         if flag is not None and tuple(flag.shape) != (x.shape[0],):
             raise LinearizerError(f"flag must have shape [{x.shape[0]}], got {tuple(flag.shape)}")
         return flag

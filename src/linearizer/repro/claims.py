@@ -59,28 +59,31 @@ def generator(model, b: Tensor) -> Linearizer:
 # --- linearity ------------------------------------------------------------------------------------
 
 
-def _linearity_errors(ctx: Context, precision: str) -> dict[str, float]:
+def _linearity_errors(ctx: Context, precision: str) -> dict:
     model = ctx.pick(precision)
     dtype = next(model.parameters()).dtype
-    f = generator(model, ctx.B(ctx.opts.steps, "euler", "float64")).to(ctx.device)
-    sx, sy = f.space_x, f.space_y
     n = ctx.opts.n
     x1 = ctx.noise(n, stream=20).to(ctx.device, dtype)
     x2 = ctx.noise(n, stream=21).to(ctx.device, dtype)
     gen = torch.Generator().manual_seed(ctx.opts.seed + 22)
     a = (4 * torch.rand(n, generator=gen, dtype=F64) - 2).to(ctx.device, dtype)
-    add = max_rel_err(f(sx.add(x1, x2)), sy.add(f(x1), f(x2)))
-    per_pair = rel_errs(f(sx.scale(a, x1)), sy.scale(a, f(x1)))
-    scale = float(per_pair.max())
+    add, per_pair, worst = torch.zeros(n, dtype=F64), torch.zeros(n, dtype=F64), {}
+    for k, rows in ctx.parts(n):
+        f = generator(model, ctx.B(ctx.opts.steps, "euler", "float64", k)).to(ctx.device)
+        sx, sy, u, v, s = f.space_x, f.space_y, x1[rows], x2[rows], a[rows]
+        add[rows] = rel_errs(f(sx.add(u, v)), sy.add(f(u), f(v)))
+        per_pair[rows] = rel_errs(f(sx.scale(s, u)), sy.scale(s, f(u)))
+        worst[k] = float(max(add[rows].max(), per_pair[rows].max()))
     # Split by the sign of a: a < 0 sends g_noise^-1 to latents a g_noise(x) that noise
     # never reaches in training, where a network that is not odd can be badly conditioned.
     sign = a.cpu()
     split = {"pos": per_pair[sign > 0], "neg": per_pair[sign < 0]}
     return {
-        "additivity": add,
-        "homogeneity": scale,
+        "additivity": float(add.max()),
+        "homogeneity": float(per_pair.max()),
         **{f"a_{s}": float(e.max()) if len(e) else 0.0 for s, e in split.items()},
-        "max": max(add, scale),
+        "max": float(max(add.max(), per_pair.max())),
+        "worst": worst,
     }
 
 
@@ -113,24 +116,43 @@ def claim_linearity(ctx: Context) -> dict:
         "homogeneity_float64_a_pos": e64["a_pos"],
         "homogeneity_float64_a_neg": e64["a_neg"],
         "pairs": ctx.opts.n,
+        **ctx.per_component(e32["worst"]),
         "how": f"f = L(g_noise, B (Euler, T={ctx.opts.steps}), g_data); x1, x2 ~ N(0, I), "
         "a ~ U[-2, 2]; relative error per pair in image space, max over pairs (homogeneity also "
-        "split by the sign of a)",
+        "split by the sign of a)" + _dealt(ctx, "pairs", "the float32 worst per component"),
     }
+
+
+def _dealt(ctx: Context, rows: str, per_component: str = "") -> str:
+    """What a mixture's check adds to its description."""
+    if ctx.components == [None]:
+        return ""
+    extra = f" (per_component: {per_component})" if per_component else ""
+    return (
+        f"; {rows} dealt over the {len(ctx.components)} components in turn, each through its own "
+        f"B_k{extra}"
+    )
 
 
 # --- one-step = multi-step ------------------------------------------------------------------------
 
 
 def compare_samplers(
-    ctx: Context, x0: Tensor, precision: str, one_method: str, multi_method: str, steps: int
+    ctx: Context,
+    x0: Tensor,
+    precision: str,
+    one_method: str,
+    multi_method: str,
+    steps: int,
+    labels: Tensor | None = None,
 ) -> dict:
-    """One-step (``one_method``'s B) vs multi-step (``multi_method``) from the same noise."""
+    """One-step (``one_method``'s B) vs multi-step (``multi_method``) from the same noise (row
+    ``i`` through component ``labels[i]`` of a mixture)."""
     model = ctx.pick(precision)
     dtype = next(model.parameters()).dtype
     z0 = ctx.encode(model, x0, NOISE)
-    z_one = ctx.latents(model, z0, steps, one_method, dtype, one_step=True)
-    z_multi = ctx.latents(model, z0, steps, multi_method, dtype, one_step=False)
+    z_one = ctx.latents(model, z0, steps, one_method, dtype, one_step=True, labels=labels)
+    z_multi = ctx.latents(model, z0, steps, multi_method, dtype, one_step=False, labels=labels)
     img_one = ctx.decode(model, z_one.to(dtype), DATA)
     img_multi = ctx.decode(model, z_multi.to(dtype), DATA)
     return {
@@ -145,18 +167,32 @@ def compare_samplers(
 
 def _collapse(ctx: Context, one_method: str, multi_method: str) -> tuple[dict[str, dict], dict]:
     """Both precisions' runs from the same noise, and their numbers (suffixed by precision)."""
-    x0 = ctx.noise(ctx.opts.n, stream=10)
+    n = ctx.opts.n
+    x0, labels = ctx.noise(n, stream=10), ctx.dealt(n)
     runs = {
-        p: compare_samplers(ctx, x0, p, one_method, multi_method, ctx.opts.steps) for p in SUFFIXES
+        p: compare_samplers(ctx, x0, p, one_method, multi_method, ctx.opts.steps, labels)
+        for p in SUFFIXES
     }
     keys = ("psnr_db", "mse", "latent_rel_err", "max_abs_err")
-    return runs, {k + s: runs[p][k] for k in keys for p, s in SUFFIXES.items()}
+    out = {k + s: runs[p][k] for k in keys for p, s in SUFFIXES.items()}
+    one, multi = runs["float64"]["one"], runs["float64"]["multi"]
+    worst = {k: finite(psnr(one[r], multi[r], reduction="global")) for k, r in ctx.parts(n)}
+    how = _dealt(ctx, "noise rows", "float64 PSNR per component").removeprefix("; ")
+    return runs, {**out, **ctx.per_component(worst), **({"how": how} if how else {})}
+
+
+def worst_db(out: dict) -> float | None:
+    """The PSNR a verdict reads: the worst component's in a mixture (None: exact, no error)."""
+    if "per_component" not in out:
+        return out["psnr_db"]
+    finite_dbs = [v for v in out["per_component"].values() if v is not None]
+    return min(finite_dbs) if finite_dbs else None
 
 
 def _exact_collapse(ctx: Context, out: dict, **text: str) -> dict:
     """A collapse claim (``text``: title, paper, reference, measured) that holds when the float64
-    PSNR reaches ``collapse_exact_db``."""
-    p, limit = out["psnr_db"], THRESHOLDS["collapse_exact_db"]
+    PSNR reaches ``collapse_exact_db`` (in a mixture, for its worst component)."""
+    p, limit = worst_db(out), THRESHOLDS["collapse_exact_db"]
     ok = p is None or p >= limit
     return {
         **text,
@@ -249,21 +285,32 @@ def _perceptual(ctx: Context, a: Tensor, b: Tensor) -> dict:
     return out
 
 
-def _round_trip(ctx: Context, x1: Tensor, precision: str, b64: Tensor) -> tuple[Tensor, Tensor]:
+def _round_trip(
+    ctx: Context, x1: Tensor, precision: str, bs: dict[int | None, Tensor]
+) -> tuple[Tensor, Tensor]:
+    """Noise of ``x1`` through each row's component's ``B`` (``bs``), and the images back."""
     model = ctx.pick(precision)
     dtype = next(model.parameters()).dtype
-    x1 = x1.to(ctx.device, dtype)
-    x0 = model.invert(x1, b64.to(ctx.device))
-    back = model.sample(x0, ctx.spec(ctx.opts.steps))
-    return x0.cpu(), back.cpu()
+
+    def noise(k: int | None, rows: Tensor) -> Tensor:
+        return model.invert(x1[rows].to(ctx.device, dtype), bs[k].to(ctx.device)).cpu()
+
+    x0 = ctx.by_parts(len(x1), noise)
+    return x0, ctx.by_parts(
+        len(x1),
+        lambda k, rows: model.sample(
+            x0[rows].to(ctx.device), ctx.spec(ctx.opts.steps, label=k)
+        ).cpu(),
+    )
 
 
 def claim_inversion(ctx: Context) -> dict:
     x1, _ = ctx.test_subset(ctx.opts.n)
-    b64 = ctx.B(ctx.opts.steps, "euler", "float64")
-    sv = torch.linalg.svdvals(b64)
-    x0, back = _round_trip(ctx, x1, "float64", b64)
-    _, back32 = _round_trip(ctx, x1, "float32", b64)
+    bs = {k: ctx.B(ctx.opts.steps, "euler", "float64", k) for k in ctx.components}
+    conds = {k: torch.linalg.svdvals(b) for k, b in bs.items()}
+    sv = max(conds.values(), key=lambda s: float(s[0] / s[-1]))  # the worst-conditioned B
+    x0, back = _round_trip(ctx, x1, "float64", bs)
+    _, back32 = _round_trip(ctx, x1, "float32", bs)
     p64 = finite(psnr(back, x1, reduction="global"))
     p32 = finite(psnr(back32, x1, reduction="global"))
     worst = finite(float(psnr(back, x1, reduction="none").min()))
@@ -291,9 +338,12 @@ def claim_inversion(ctx: Context) -> dict:
         "inverses of real images lie far from the Gaussian noise the generator was trained on; "
         "blending them (the authors' interpolation) leaves the data (see interpolation.png)",
         "images": len(x1),
+        **ctx.per_component(
+            {k: finite(psnr(back[r], x1[r], reduction="global")) for k, r in ctx.parts(len(x1))}
+        ),
         **_perceptual(ctx, back.float(), x1.float()),
         "how": "x0 = g_noise^-1(B^-1 g_data(x1)) (LU solve in float64), then the one-step "
-        "sample of x0; test images",
+        "sample of x0; test images" + _dealt(ctx, "images", "float64 PSNR per component"),
     }
 
 
@@ -363,13 +413,14 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
     n = len(real)
     model = ctx.model
     z0 = ctx.encode(model, ctx.noise(n, stream=40), NOISE)
+    labels = ctx.drawn(n, stream=41)  # a mixture's components, as `sample` draws them
     real_f = ctx.features(real)
     real_radii = knn_radii(real_f, 3)  # improved precision/recall, k = 3 (as linearizer evaluate)
     t, tl = ctx.opts.steps, ctx.opts.long_steps
     sets: dict[str, dict] = {}
     for steps in (t, tl):
         for one in (True, False):
-            z1 = ctx.latents(model, z0, steps, "euler", F64, one_step=one)
+            z1 = ctx.latents(model, z0, steps, "euler", F64, one_step=one, labels=labels)
             img = ctx.decode(model, z1.float(), DATA)
             key = f"{'one' if one else 'multi'}_step_t{steps}"
             feats = ctx.features(img)
@@ -433,8 +484,10 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
         "mean_max_prob_test": sets["test_images"]["classifier"]["mean_max_prob"],
         "samples": n,
         "sets": sets,
+        **({} if labels is None else {"components": len(ctx.components)}),
         "how": "same noise for every set; float32 networks, float64 latent; Euler; samples "
-        "clamped to [0, 1]; the LeNet's 84-d features",
+        "clamped to [0, 1]; the LeNet's 84-d features"
+        + ("" if labels is None else "; each sample's component drawn from the mixture weights"),
     }
 
 
@@ -444,12 +497,15 @@ def claim_generation(ctx: Context, train_images: Tensor | None = None) -> dict:
 def _composition_error(ctx: Context, precision: str, k: int) -> float:
     model = ctx.pick(precision)
     dtype = next(model.parameters()).dtype
-    f1 = generator(model, ctx.B(ctx.opts.steps, "euler", "float64"))
-    u = f1.svd(k).U_lat
-    projector = Dense((u @ u.T).to(dtype), trainable=False)
-    f2 = model.linearizer_of(projector, DATA, DATA, check_finite=False)  # on g_data's space
     x = ctx.noise(ctx.opts.n, stream=50).to(ctx.device, dtype)
-    return max_rel_err(f2(f1(x)), f2.compose(f1)(x))
+    errs = []
+    for label, rows in ctx.parts(len(x)):
+        f1 = generator(model, ctx.B(ctx.opts.steps, "euler", "float64", label))
+        u = f1.svd(k).U_lat
+        projector = Dense((u @ u.T).to(dtype), trainable=False)
+        f2 = model.linearizer_of(projector, DATA, DATA, check_finite=False)  # on g_data's space
+        errs.append(max_rel_err(f2(f1(x[rows])), f2.compose(f1)(x[rows])))
+    return max(errs)
 
 
 def claim_composition(ctx: Context) -> dict:
@@ -470,7 +526,8 @@ def claim_composition(ctx: Context) -> dict:
         "k": k,
         "how": f"f1 = L(g_noise, B, g_data) (the generator), f2 = L(g_data, U_k U_k^T, g_data) "
         f"(projection onto the top-{k} left singular directions of B); f2(f1(x)) in two passes "
-        "vs f2.compose(f1)(x) = L(g_noise, U_k U_k^T B, g_data), the rank-k generator, in one",
+        "vs f2.compose(f1)(x) = L(g_noise, U_k U_k^T B, g_data), the rank-k generator, in one"
+        + _dealt(ctx, "samples"),
     }
 
 

@@ -1,9 +1,15 @@
 """What every claim of the reproduction shares: the loaded model in two precisions, its B
-matrices, seeded noise, the test images and batched network passes."""
+matrices, seeded noise, the test images and batched network passes.
+
+A mixture (:class:`~linearizer.flow.mixture.MixtureFlow`) is measured per component: the rows of
+every exactness check are dealt over the components in turn (row ``i`` to component ``i mod K``),
+each row through its own component's exact generator, so one check covers every component at
+the cost of a one-generator check."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -12,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ..flow.config import FlowConfig
+from ..flow.mixture import MixtureFlow
 from ..flow.model import DATA, NOISE, OneStepFlow
 from ..flow.spec import SamplerSpec
 from ..metrics import lenet_features, load_classifier
@@ -56,15 +63,69 @@ class Context:
         return load_classifier(device=self.device)
 
     @staticmethod
-    def spec(steps: int, method: str = "euler", precision: str = "float64") -> SamplerSpec:
+    def spec(
+        steps: int, method: str = "euler", precision: str = "float64", label: int | None = None
+    ) -> SamplerSpec:
         """The sampler a claim is measured with: the authors' grid, whose last interval is
-        skipped (so B inverts), the trained map alone."""
-        return SamplerSpec(steps=steps, method=method, final="skip", dtype=precision)
+        skipped (so B inverts), the trained map alone (of component ``label`` in a mixture)."""
+        return SamplerSpec(steps=steps, method=method, final="skip", dtype=precision, label=label)
 
-    def B(self, steps: int, method: str = "euler", precision: str = "float64") -> Tensor:
+    def B(
+        self,
+        steps: int,
+        method: str = "euler",
+        precision: str = "float64",
+        label: int | None = None,
+    ) -> Tensor:
         """The one-step matrix (cached by the model): float64 from the float64 model, or float32
         accumulated in float32 from the float32 model."""
-        return self.pick(precision).one_step_matrix(self.spec(steps, method, precision))
+        return self.pick(precision).one_step_matrix(self.spec(steps, method, precision, label))
+
+    @cached_property
+    def components(self) -> list[int | None]:
+        """The generators a check covers: each component of a mixture, or the one generator."""
+        if isinstance(self.model, MixtureFlow):
+            return list(range(self.model.components))
+        return [None]
+
+    @property
+    def first(self) -> int | None:
+        """The generator the figures show (a mixture's component 0)."""
+        return self.components[0]
+
+    def parts(self, n: int) -> list[tuple[int | None, Tensor]]:
+        """``n`` rows dealt over :attr:`components` in turn: ``(label, row indices)`` each."""
+        rows, k = torch.arange(n), len(self.components)
+        return [(c, rows[rows % k == i]) for i, c in enumerate(self.components) if i < n]
+
+    def by_parts(self, n: int, fn: Callable[[int | None, Tensor], Tensor]) -> Tensor:
+        """``fn(label, rows)`` for each of :meth:`parts`, put back in row order."""
+        parts = self.parts(n)
+        if len(parts) == 1:
+            return fn(*parts[0])
+        outs = [fn(k, rows) for k, rows in parts]
+        out = outs[0].new_empty(n, *outs[0].shape[1:])
+        for (_, rows), part in zip(parts, outs, strict=True):
+            out[rows] = part
+        return out
+
+    def dealt(self, n: int) -> Tensor | None:
+        """Each of ``n`` rows' component as :meth:`parts` deals them (None: one generator)."""
+        return None if self.components == [None] else torch.arange(n) % len(self.components)
+
+    def drawn(self, n: int, stream: int) -> Tensor | None:
+        """``n`` components drawn from a mixture's weights, seeded (None: one generator)."""
+        if self.components == [None]:
+            return None
+        gen = torch.Generator().manual_seed(self.opts.seed * 1000 + stream)
+        return self.model.draw_components(n, generator=gen)
+
+    def per_component(self, values: dict[int | None, float]) -> dict:
+        """``{"components": K, "per_component": {k: value}}`` for a mixture, nothing otherwise
+        (a one-generator report keeps its keys)."""
+        if self.components == [None]:
+            return {}
+        return {"components": len(self.components), "per_component": values}
 
     def noise(self, n: int, stream: int) -> Tensor:
         """``n`` standard normal images, the same for the same (seed, stream) on every machine."""
@@ -93,10 +154,21 @@ class Context:
         method: str,
         dtype: torch.dtype,
         one_step: bool,
+        labels: Tensor | None = None,
     ) -> Tensor:
-        """Data latents from noise latents: ``B z0`` or the multi-step solver (as in ``sample``)."""
+        """Data latents from noise latents: ``B z0`` or the multi-step solver (as in
+        ``sample``); in a mixture, row ``i`` through component ``labels[i]``."""
+        if labels is None:
+            return self._latents(model, z0, steps, method, dtype, one_step, None)
+        out = torch.empty(z0.shape, dtype=dtype)
+        for k in labels.unique().tolist():
+            rows = labels == k
+            out[rows] = self._latents(model, z0[rows], steps, method, dtype, one_step, int(k))
+        return out
+
+    def _latents(self, model, z0, steps, method, dtype, one_step, label) -> Tensor:
         z0 = z0.to(self.device)
-        spec = self.spec(steps, method, str(dtype).removeprefix("torch."))
+        spec = self.spec(steps, method, str(dtype).removeprefix("torch."), label)
         if one_step:
             return (z0.to(dtype) @ model.one_step_matrix(spec).T).cpu()
         return model.integrate(z0, spec).cpu()

@@ -83,10 +83,10 @@ def interpolation_figure(ctx: Context, path: Path, steps: int = 10) -> Path:
     space of g_data, and as a pixel blend."""
     model = ctx.model64
     a, b = (x.to(ctx.device, F64) for x in _two_digits(ctx))
-    x0 = model.invert(torch.cat([a, b]), ctx.B(ctx.opts.steps, "euler", "float64"))
+    x0 = model.invert(torch.cat([a, b]), ctx.B(ctx.opts.steps, "euler", "float64", ctx.first))
     alphas = torch.linspace(0, 1, steps, dtype=F64, device=ctx.device)
     noise_path = torch.stack([(1 - t) * x0[0] + t * x0[1] for t in alphas])
-    by_noise = model.sample(noise_path, ctx.spec(ctx.opts.steps))
+    by_noise = model.sample(noise_path, ctx.spec(ctx.opts.steps, label=ctx.first))
     space = InducedSpace(Conditioned(model.net, DATA))
     induced = torch.cat([space.interpolate(a, b, float(t)) for t in alphas])
     pixels = torch.cat([(1 - t) * a + t * b for t in alphas])

@@ -97,6 +97,15 @@ def deviations(cfg: FlowConfig, step: int) -> list[str]:
         )
     else:
         out.append(f"Invertible network: the authors' U-Net layout, {net.blocks} blocks.")
+    if cfg.components > 1 or cfg.conditional:
+        k, kind = (cfg.classes, "the classes") if cfg.conditional else (cfg.components, "found")
+        out.append(
+            f"Generator: a mixture of {k} exact linear generators (components: {kind}"
+            f"{' without labels' if kind == 'found' else ''}), one B_k each. Every exactness "
+            "claim deals its rows over the components in turn and reads its worst component "
+            "(per_component); generation draws each sample's component from the mixture "
+            "weights. The figures show component 0."
+        )
     out.append(
         f"Operator A(t): rank {cfg.rank}, hypernetworks {cfg.lora_depth}x{cfg.lora_hidden} "
         f"({cfg.lora_activation}) on a {cfg.lora_emb}-d time embedding; the authors: rank 8, "
@@ -217,6 +226,8 @@ def _details(name: str, c: dict) -> str:
 
 
 def _fmt(value) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items())
     if isinstance(value, float):
         return f"{value:.4g}"
     if value is None:

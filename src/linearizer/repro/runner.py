@@ -227,14 +227,14 @@ def _figures(ctx: Context, folder: Path) -> dict[str, Path]:
         "interpolation": figs.interpolation_figure(ctx, folder / "interpolation.png"),
         "samples": figs.samples_figure(ctx, folder / "samples.png"),
     }
-    s, sl = ctx.opts.steps, ctx.opts.long_steps
+    s, sl, k = ctx.opts.steps, ctx.opts.long_steps, ctx.first  # a mixture: its component 0
     extra = {
-        f"euler T={sl}": torch.linalg.svdvals(ctx.B(sl, "euler")).cpu(),
-        f"rk4 T={s}": torch.linalg.svdvals(ctx.B(s, "rk4")).cpu(),
-        f"authors' rk T={s}": torch.linalg.svdvals(ctx.B(s, "rk4-authors")).cpu(),
+        f"euler T={sl}": torch.linalg.svdvals(ctx.B(sl, "euler", label=k)).cpu(),
+        f"rk4 T={s}": torch.linalg.svdvals(ctx.B(s, "rk4", label=k)).cpu(),
+        f"authors' rk T={s}": torch.linalg.svdvals(ctx.B(s, "rk4-authors", label=k)).cpu(),
     }
     result = induced_svd(
-        ctx.model, ctx.spec(s), k=min(ctx.opts.svd_k, ctx.model.dim), seed=ctx.opts.seed
+        ctx.model, ctx.spec(s, label=k), k=min(ctx.opts.svd_k, ctx.model.dim), seed=ctx.opts.seed
     )
     svd = render_svd(result, folder, extra)
     paths["spectrum"], paths["svd_directions"] = svd["spectrum"], svd["directions"]
