@@ -4,8 +4,8 @@
 
 What is measured, per architecture (``paper``: the authors' MNIST model, 4 blocks of U-Net
 couplings, rank-8 LoRA hypernetworks, D = 1024; ``cpu``: our CPU preset's small-CNN network with
-the same rank-8 operator), with randomly initialised weights (ActNorms data-initialised; speed
-does not depend on training):
+the same rank-8 operator, as one generator), with randomly initialised weights (ActNorms
+data-initialised; speed does not depend on training):
 
 * one training step (loss, backward, Adam) at batch 32 and 128: ours, ours with memory-saving
   backprop, and the reference (:mod:`reference`);
@@ -65,11 +65,11 @@ REF_METHOD = {"euler": "euler", "rk4": "rk"}
 # --- one measurement ---------------------------------------------------------------------------
 def build(arch: str, quick: bool, memory_saving: bool = False):
     cfg = {"paper": PAPER, "cpu": CPU}[arch]
-    # The reference implements the authors' model: one ActNorm per block, no data-side logit, no
-    # fully connected blocks, and a rank-8 operator with plain hypernetwork heads. The published
-    # table was measured so, whatever the presets have become since.
+    # The reference implements the authors' model: one generator, one ActNorm per block, no
+    # data-side logit, no fully connected blocks, and a rank-8 operator with plain hypernetwork
+    # heads. The published table was measured so, whatever the presets have become since.
     net = replace(cfg.network, flag_actnorm=False, logit=0.0, dense_blocks=0)
-    cfg = replace(cfg, network=net, rank=8, lora_basis=0)
+    cfg = replace(cfg, network=net, rank=8, lora_basis=0, components=1)
     if quick:
         cfg = replace(cfg, network=replace(cfg.network, **QUICK_NET), **QUICK)
     torch.manual_seed(0)

@@ -5,7 +5,9 @@
 
 Two architectures, each at the batch its issue names:
 
-* ``cpu``: the ``cpu`` preset as it trains (batch 128; its network, operator and loss);
+* ``cpu``: the ``cpu`` preset as it trains (batch 128; its network, operator and loss; a
+  mixture preset's rows carry uniformly drawn component labels, as its training rows carry
+  theirs);
 * ``paper``: the authors' MNIST architecture (batch 32), in the form the authors' algorithms
   take (one ActNorm per block, no data-side logit, no fully connected blocks, rank-8 operator),
   beside those algorithms themselves (``benchmarks/reference.py`` over the same weights, as in
@@ -160,9 +162,12 @@ def _stepper(arch: str, impl: str, quick: bool, variant: str = ""):
     opt = torch.optim.Adam(params, lr=1e-4, fused="fused-adam" in levers)
     shadow = [p.detach().clone() for p in params]
     gen = torch.Generator().manual_seed(0)
+    # a tree from before mixtures has no components field: one generator
+    parts = getattr(cfg, "components", 1)
 
     def step(batch: int) -> None:
         x1 = torch.rand(batch, *model.image_shape, generator=gen)
+        labels = torch.randint(parts, (batch,), generator=gen) if parts > 1 else None
         draws = draw_noise(x1, gen)
         # as the trainer: rows share their time in time_groups runs, so the operator's factors
         # are built once per run (without this the cpu step builds 128 [D, r] pairs, not 16)
@@ -170,7 +175,8 @@ def _stepper(arch: str, impl: str, quick: bool, variant: str = ""):
         if ref is not None:
             loss, _ = ref.loss(x1, draws, cfg.noise_level)
         else:
-            loss, _ = loss_fn(model, x1, draws, noise_level=cfg.noise_level)
+            kw = {} if labels is None else {"labels": labels}
+            loss, _ = loss_fn(model, x1, draws, noise_level=cfg.noise_level, **kw)
         loss.backward()
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)

@@ -169,3 +169,18 @@ def test_quality_protocol_pieces(tmp_path):
     assert timed[("flow matching", "Euler, 4 steps")] == 8.0
     assert timed[("flow matching", "RK45")] == 24.0  # its evaluations x one evaluation
     assert timed[("ours", "one-step")] == 1.0  # no time measured alone: the rating's
+
+
+def test_preset_rate_smoke(tmp_path):
+    """benchmarks/preset_rate.py: two override sets of the smoke preset, one round each."""
+    out = tmp_path / "rate.json"
+    cases = ["--case", "plain=", "--case", "odd=network.flag_actnorm=true,network.odd_noise=true"]
+    cmd = [sys.executable, str(BENCH / "preset_rate.py"), "--preset", "smoke", *cases]
+    cmd += ["--rounds", "1", "--steps", "2", "--skip", "1", "--threads", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["cases"]["odd"] == ["network.flag_actnorm=true", "network.odd_noise=true"]
+    assert report["ratio_to_first"]["plain"] == 1.0 and report["ratio_to_first"]["odd"] > 0
+    bad = subprocess.run([*cmd[:2], "--case", "noname"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "NAME=OVERRIDES" in bad.stderr

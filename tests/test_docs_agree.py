@@ -44,6 +44,7 @@ J = {
     "ref03": "docs/flow/reference_2026-12-03_4000/results.json",
     "ref03wall": "docs/flow/reference_eval_2026-12-03/results.json",
     "repro": "docs/repro/results.json",
+    "repro1": "docs/repro-one-generator/results.json",
     "repro_pre": "docs/repro-pretrained/results.json",
     "eqt": "docs/benchmarks/equal-time/evaluation.json",
     "probe": "docs/benchmarks/equal-time/probe.json",
@@ -52,6 +53,15 @@ J = {
     "eqt05": "docs/benchmarks/step-2026-12-05/equal-time/evaluation.json",
     "step05": "docs/benchmarks/step-2026-12-05/step_cpu.json",
     "paper05": "docs/benchmarks/step-2026-12-05/step_paper.json",
+    "mixcpu": "docs/mixture/cpu_equal_time/evaluation.json",
+    "mixrate": "docs/mixture/cpu_equal_time/step_rate.json",
+    "mainjob": "docs/repro/evaluation/results.json",
+    "first_call": "docs/mixture/first_call.json",
+    "odd_mix": "docs/flow/odd-noise-2026-12-05/mixture-s0/claims.json",
+    "odd_mix_eval": "docs/flow/odd-noise-2026-12-05/mixture-s0/evaluation.json",
+    "odd_one": "docs/flow/odd-noise-2026-12-05/one-generator-s0/claims.json",
+    "odd_one_eval": "docs/flow/odd-noise-2026-12-05/one-generator-s0/evaluation.json",
+    "odd_rate": "docs/flow/odd-noise-2026-12-05/step_rate.json",
     "mnist": "src/linearizer/assets/flow_mnist.json",
     "mnist_cond": "src/linearizer/assets/flow_mnist_cond.json",
 }
@@ -95,9 +105,67 @@ def controls(row_name: str, key: str, fmt: str = ".1f") -> tuple[str, str, str]:
     return v("controls", f"rows/{row_name}/{key}/#mean", fmt)
 
 
+def mainjob_row() -> list[tuple[str, str, str]]:
+    """The main job's trained-map row: FID (LeNet), FID (judge), precision, recall."""
+    keys = [("fid_lenet", ".1f"), ("fid_judge", ".1f"), ("precision", ".3f"), ("recall", ".3f")]
+    return [v("mainjob", row("method", k), f) for k, f in keys]
+
+
+def odd_row(claims: str, evaluation: str) -> list[tuple[str, str, str]]:
+    """A row of roundtrip.md §10: float32 linearity by term, float32 inversion, the claim
+    count, and the trained map's FIDs."""
+    lin = "claims/linearity/"
+    return [
+        v(claims, lin + "additivity_float32", "e1"),
+        v(claims, lin + "homogeneity_float32_a_pos", "e1"),
+        v(claims, lin + "homogeneity_float32_a_neg", "e1"),
+        v(claims, "claims/inversion/psnr_db_float32"),
+        v(claims, "claims/#passed", "d"),
+        v(claims, "claims/#count", "d"),
+        *fid(evaluation, "method"),
+    ]
+
+
 Check = tuple[str, str, list[tuple[str, str, str]]]
 
 CHECKS: list[Check] = [
+    (
+        "docs/mixture.md",
+        "| ten components | {} / {} (**{}**) | {} / {} (**{}**) |",
+        [
+            v("mixcpu", eqt05("none", "fid_lenet", 0)),
+            v("mixcpu", eqt05("none", "fid_lenet", 1)),
+            v("mixcpu", eqt05("none", "fid_lenet")),
+            v("mixcpu", eqt05("none", "fid_judge", 0)),
+            v("mixcpu", eqt05("none", "fid_judge", 1)),
+            v("mixcpu", eqt05("none", "fid_judge")),
+        ],
+    ),
+    (
+        "docs/mixture.md",
+        "one generator {} steps/s, ten components {}",
+        [v("mixrate", "median/one generator", ".2f"), v("mixrate", "median/components=10", ".2f")],
+    ),
+    (
+        "docs/quality.md",
+        "scores {} / {} against {} / {} for one generator",
+        [
+            v("mixcpu", eqt05("none", "fid_lenet")),
+            v("mixcpu", eqt05("none", "fid_judge")),
+            v("eqt05", eqt05("none", "fid_lenet")),
+            v("eqt05", eqt05("none", "fid_judge")),
+        ],
+    ),
+    (
+        "BENCHMARKS.md",
+        "is ahead of flow matching's 4 Euler steps on both FIDs ({} / {} against {} / {})",
+        [
+            v("mixcpu", eqt05("none", "fid_lenet")),
+            v("mixcpu", eqt05("none", "fid_judge")),
+            v("eqt", eqt("Euler, 4 steps", "fid_lenet")),
+            v("eqt", eqt("Euler, 4 steps", "fid_judge")),
+        ],
+    ),
     # README.md
     (
         "README.md",
@@ -150,10 +218,29 @@ CHECKS: list[Check] = [
     ),
     (
         "README.md",
-        "preset's {}-step run of 2026-12-05, all {} hold",
-        [v("repro", "step", ",d"), v("repro", "claims/#all", "d")],
+        "a mixture of ten components, {} steps) printed {} of {} claims hold",
+        [
+            v("repro", "step", ",d"),
+            v("repro", "claims/#passed", "d"),
+            v("repro", "claims/#count", "d"),
+        ],
     ),
-    ("README.md", "float32 linearity reads {}", [v("repro", "claims/linearity/max_rel_err", "e1")]),
+    (
+        "README.md",
+        "inversion through B reads {} dB in float64. Float32 linearity does not hold: {} for"
+        " positive scalars, {} for negative ones against the threshold 1e-4 (float64: {})",
+        [
+            v("repro", "claims/inversion/psnr_db"),
+            v("repro", "claims/linearity/homogeneity_float32_a_pos", "e1"),
+            v("repro", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+            v("repro", "claims/linearity/max_rel_err_float64", "e1"),
+        ],
+    ),
+    (
+        "README.md",
+        "The one-generator preset's run of the same day met all {}, float32 linearity at {}",
+        [v("repro1", "claims/#all", "d"), v("repro1", "claims/linearity/max_rel_err", "e1")],
+    ),
     (
         "README.md",
         "On the shipped `pretrained:mnist`, {} of {} hold",
@@ -605,17 +692,17 @@ CHECKS += (
         (
             "BENCHMARKS.md",
             "the new reference run meets all {} repro claims",
-            [v("repro", "claims/#all", "d")],
+            [v("repro1", "claims/#all", "d")],
         ),
         (
             "BENCHMARKS.md",
             "peak resident memory 3.1 GiB, {} of {} claims",
-            [v("repro", "claims/#passed", "d"), v("repro", "claims/#count", "d")],
+            [v("repro1", "claims/#passed", "d"), v("repro1", "claims/#count", "d")],
         ),
         (
             "BENCHMARKS.md",
             "float32 linearity, which the former preset missed, reads {}",
-            [v("repro", "claims/linearity/max_rel_err", "e1")],
+            [v("repro1", "claims/linearity/max_rel_err", "e1")],
         ),
         (
             "BENCHMARKS.md",
@@ -651,12 +738,12 @@ CHECKS += (
         (
             "docs/flow.md",
             "from this run: {} of {} claims",
-            [v("repro", "claims/#passed", "d"), v("repro", "claims/#count", "d")],
+            [v("repro1", "claims/#passed", "d"), v("repro1", "claims/#count", "d")],
         ),
         (
             "docs/flow.md",
             "All {} claims hold on the 2026-12-05 run",
-            [v("repro", "claims/#all", "d")],
+            [v("repro1", "claims/#all", "d")],
         ),
         (
             "docs/flow.md",
@@ -726,7 +813,7 @@ CHECKS += (
             " and all {} of the paper's claims hold, float32 linearity at {}",
             fid("ref05", "method")
             + fid("ref05", "transport")
-            + [v("repro", "claims/#all", "d"), v("repro", "claims/linearity/max_rel_err", "e1")],
+            + [v("repro1", "claims/#all", "d"), v("repro1", "claims/linearity/max_rel_err", "e1")],
         ),
         (
             "CHANGELOG.md",
@@ -750,6 +837,59 @@ CHECKS += (
             "CHANGELOG.md",
             "{} of its {} repro claims hold",
             [v("repro_pre", "claims/#passed", "d"), v("repro_pre", "claims/#count", "d")],
+        ),
+        # the mixture's main job and its first call
+        (
+            "CHANGELOG.md",
+            "printed {} of {} claims: float32 linearity reads {} for positive scalars and {} for"
+            " negative ones",
+            [
+                v("repro", "claims/#passed", "d"),
+                v("repro", "claims/#count", "d"),
+                v("repro", "claims/linearity/homogeneity_float32_a_pos", "e1"),
+                v("repro", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+            ],
+        ),
+        (
+            "CHANGELOG.md",
+            "Its run scores FID (LeNet) / FID (judge) {} / {}",
+            fid("mainjob", "method"),
+        ),
+        ("docs/mixture.md", "| **{}** | {} | {} | {} |", mainjob_row()),
+        ("docs/quality.md", "seed 0, 10,000 samples) scores {} / {}", fid("mainjob", "method")),
+        # docs/flow/roundtrip.md §10: the odd noise side against the main job, one seed each
+        (
+            "docs/flow/roundtrip.md",
+            "over the noise rows: {} against {} steps/s ({}x)",
+            [
+                v("odd_rate", "median/cpu, odd noise side", ".2f"),
+                v("odd_rate", "median/cpu", ".2f"),
+                v("odd_rate", "ratio_to_first/cpu, odd noise side", ".2f"),
+            ],
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| ten components, odd noise side | {} / {} / {} | {} dB | {} of {} | **{} / {}** |",
+            odd_row("odd_mix", "odd_mix_eval"),
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| one generator, odd noise side | {} / {} / {} | {} dB | {} of {} | {} / {} |",
+            odd_row("odd_one", "odd_one_eval"),
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| ten components (the main job) | {} / {} / {} | {} dB | {} of {} | {} / {} |",
+            odd_row("repro", "mainjob"),
+        ),
+        (
+            "CHANGELOG.md",
+            "the first call on a fresh cache takes {} s against {} s ({}x;",
+            [
+                v("first_call", "seconds/pretrained:mnist-mix/first"),
+                v("first_call", "seconds/pretrained:mnist/first"),
+                v("first_call", "ratio_second_to_first/first"),
+            ],
         ),
     ]
 )

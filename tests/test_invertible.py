@@ -37,6 +37,7 @@ from linearizer.invertible import (
     set_dropout_seed,
 )
 from linearizer.invertible.actnorm import FlagActNorm
+from linearizer.invertible.factory import NetworkConfig
 from linearizer.invertible.logit import FlagLogit
 from linearizer.invertible.network import CoarserLevel
 from linearizer.style.latent import LatentView
@@ -93,6 +94,11 @@ CASES = {
     "cpu-network-2-levels": (lambda: cpu_network(1, num_blocks=1, hidden=8, levels=2), 1, True),
     "cpu-network-bounded-shifts": (
         lambda: cpu_network(1, num_blocks=2, hidden=8, shift_bound=1.5),
+        1,
+        True,
+    ),
+    "cpu-network-odd-noise": (
+        lambda: cpu_network(1, num_blocks=2, hidden=8, flag_norm=True, odd_flag=0.0),
         1,
         True,
     ),
@@ -245,6 +251,10 @@ class TestCpuNetworkBoundedShifts(InvertibleContract):
     case = "cpu-network-bounded-shifts"
 
 
+class TestCpuNetworkOddNoise(InvertibleContract):
+    case = "cpu-network-odd-noise"
+
+
 class TestNetwork3chHard(InvertibleContract):
     case = "network-3ch-hard"
 
@@ -303,6 +313,31 @@ class TestLatentView(InvertibleContract):
 
 class TestLatentViewSqueezed(InvertibleContract):
     case = "latent-view-squeezed"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_odd_noise_side_is_odd_and_the_data_side_is_free(dtype):
+    g = cpu_network(1, 1, hidden=8, flag_norm=True, dense_blocks=1, img_size=4, odd_flag=0.0)
+    g = randomize(g).eval().to(dtype)  # a dense tail too: eval runs it in float64
+    x = torch.randn(4, 1, 4, 4, dtype=dtype)
+    with torch.no_grad():
+        noise, data = cond_for(4, 0.0, dtype), cond_for(4, 1.0, dtype)
+        # the mirrored rows run the same arithmetic negated: equal to the bit
+        assert torch.equal(g(-x, noise), -g(x, noise))
+        assert torch.equal(g.inverse(-g(x, noise), noise), -g.inverse(g(x, noise), noise))
+        assert not torch.allclose(g(-x, data), -g(x, data))
+        assert torch.equal(g(-x), -g(x))  # no flag is the noise flag, as for FlagActNorm
+        g.train()  # training runs the float32 tail in float32, odd all the same
+        assert torch.equal(g(-x, noise), -g(x, noise))
+
+
+def test_an_odd_noise_side_needs_flag_norm_and_no_dropout():
+    with pytest.raises(LinearizerError, match="odd_flag"):
+        cpu_network(1, num_blocks=1, hidden=8, odd_flag=0.0)
+    with pytest.raises(LinearizerError, match="odd_flag"):
+        cpu_network(1, num_blocks=1, hidden=8, flag_norm=True, dropout=0.1, odd_flag=0.0)
+    with pytest.raises(LinearizerError, match="network.odd_noise"):
+        NetworkConfig(odd_noise=True).validate()
 
 
 def test_every_contract_entry_has_its_class():

@@ -150,13 +150,13 @@ def test_preset_dry_run_and_no_train(tmp_path, capsys):
 
 def test_the_estimate_names_the_cap_a_slow_machine_hits(monkeypatch):
     monkeypatch.setattr("linearizer.training.steprate.measure_step_rate", lambda task, cfg: 1.0)
-    said = runner_module.expected_time("cpu")  # 8,000 steps at 1 step/s: 133 min, over 42
-    assert "8,000 steps take 133.3 min, over the 42-minute cap" in said
-    assert "stop near step 2,520 of 8,000" in said
+    said = runner_module.expected_time("cpu")  # 8,000 steps at 1 step/s: 133 min, over 45
+    assert "8,000 steps take 133.3 min, over the 45-minute cap" in said
+    assert "stop near step 2,700 of 8,000" in said
     monkeypatch.setattr("linearizer.training.steprate.measure_step_rate", lambda task, cfg: 8.0)
-    said = runner_module.expected_time("cpu")  # 16.7 + 3 + 1.5 (claims scaled from 5.8 steps/s)
-    assert "16.7 min, then up to 3 min for the fit after them, then about 1.5 min" in said
-    assert said.endswith("about 21 min")
+    said = runner_module.expected_time("cpu")  # 16.7 + 2.7 (claims scaled from 6.0 steps/s)
+    assert "16.7 min, then about 2.7 min of claims" in said
+    assert said.endswith("about 19 min")
 
 
 @pytest.mark.parametrize("where", ["claim", "figures"])

@@ -84,7 +84,7 @@ class FlowModelConfig(Config):
         if self.conditional and self.components > 1:
             raise LinearizerError(
                 "conditional=true and components > 1 exclude each other: a class-conditional "
-                "model's components are its classes"
+                "model's components are its classes (--preset cpu-cond, or set components=1)"
             )
 
     def model_config(self) -> FlowModelConfig:

@@ -19,6 +19,13 @@ to block into activations of 1e4 and more, where one float32 rounding of the kep
 amplified past the image's range (docs/flow/roundtrip.md). Bounded, shift and log-scale both
 saturate there: the coupling is affine with constant coefficients, and its inverse scales an
 error by at most ``exp(clamp)``.
+
+``odd_flag = v`` makes the coupling odd on the rows whose flag is ``v``: there the shift is the
+odd part of the conditioner's, ``(s(u) - s(-u)) / 2``, and the log-scale its even part, so
+``y(-x) = -y(x)``. A network whose every stage is odd at a flag maps ``-z`` to ``-g(z)`` there;
+the flow's noise side then reaches the latents ``a g(x)`` with ``a < 0``, which training never
+visits, by the same computation as ``|a| g(x)``, mirrored (docs/flow/roundtrip.md §10). It
+costs a second conditioner pass over those rows.
 """
 
 from __future__ import annotations
@@ -85,6 +92,7 @@ class AffineCoupling(InvertibleModule):
         self.clamp = float(clamp)
         self.clamp_mode = clamp_mode
         self.shift_bound = float(shift_bound)
+        self.odd_flag: float | None = None
 
     def _halves(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``(changed, kept)`` halves of ``x``."""
@@ -109,8 +117,31 @@ class AffineCoupling(InvertibleModule):
             raise LinearizerError(
                 f"conditioner returned {tuple(h.shape)}, expected {expected} (shifts, log-scales)"
             )
+        if self.odd_flag is not None:
+            h = self._odd_rows(h, kept, width, flag, self.odd_flag)
         shift = bound_shift(h[:, :width], self.shift_bound)
         return shift, clamp_log_scale(h[:, width:], self.clamp, self.clamp_mode)
+
+    def _odd_rows(
+        self, h: Tensor, kept: Tensor, width: int, flag: Tensor | None, odd: float
+    ) -> Tensor:
+        """``h`` with its rows at flag ``odd`` replaced by the odd shifts and even log-scales
+        (``flag=None`` is flag 0, as for :class:`FlagActNorm`)."""
+        if flag is None:
+            if odd != 0:
+                return h
+            mirror = run_conditioner(self.cond, -kept, None)
+            rows = torch.arange(len(kept), device=kept.device)
+        else:
+            rows = torch.eq(flag, odd).nonzero().reshape(-1)
+            if not len(rows):
+                return h
+            mirror = run_conditioner(self.cond, -kept[rows], flag[rows])
+        mine = h[rows]
+        parts = torch.cat(
+            [mine[:, :width] - mirror[:, :width], mine[:, width:] + mirror[:, width:]], 1
+        )
+        return h.index_copy(0, rows, parts / 2)
 
     def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
         changed, kept = self._halves(x)
@@ -124,4 +155,8 @@ class AffineCoupling(InvertibleModule):
 
     def extra_repr(self) -> str:
         bound = f", shift_bound={self.shift_bound:g}" if self.shift_bound else ""
-        return f"update={self.update!r}, clamp={self.clamp}, clamp_mode={self.clamp_mode!r}{bound}"
+        odd = f", odd_flag={self.odd_flag:g}" if self.odd_flag is not None else ""
+        return (
+            f"update={self.update!r}, clamp={self.clamp}, clamp_mode={self.clamp_mode!r}"
+            f"{bound}{odd}"
+        )

@@ -61,6 +61,12 @@ class NetworkConfig(Config):
         "cpu network: the logit's inverse beyond pixels 0 and 1: the sigmoid's saturating tail, "
         "or the logit continued linearly, so every latent decodes to a pixel that encodes back",
     )
+    odd_noise: bool = option(
+        False,
+        "cpu network: g_noise odd, g(-z) = -g(z) (odd shifts, even log-scales, no ActNorm bias "
+        "at the noise flag), so negative scalars of the induced space stay where training was; "
+        "needs flag_actnorm, costs a second conditioner pass over noise rows",
+    )
     memory_saving: bool = option(
         False, "recompute g's activations from its exact inverse in backprop (less memory)"
     )
@@ -112,6 +118,11 @@ class NetworkConfig(Config):
                 f"config key 'network.shift_bound' must be >= 0 (0: unbounded), got "
                 f"{self.shift_bound}"
             )
+        if self.odd_noise and (self.kind != "cpu" or not self.flag_actnorm or self.dropout):
+            raise LinearizerError(
+                "config key 'network.odd_noise' needs the cpu network with "
+                "network.flag_actnorm=true and network.dropout=0"
+            )
 
 
 def build_network(
@@ -134,6 +145,11 @@ def build_network(
             attn_resolutions=cfg.unet_attn,
             clamp=cfg.clamp,
         )
+    if cfg.odd_noise and not conditioned:
+        raise LinearizerError(
+            "config key 'network.odd_noise' needs a flagged network (the flow's g_noise); this "
+            "model's network takes no flag"
+        )
     if cfg.logit and not conditioned:
         raise LinearizerError(
             "config key 'network.logit' needs a flagged network (the flow's g_data); this model's "
@@ -154,5 +170,6 @@ def build_network(
         img_size=cfg.img_size,
         shift_bound=cfg.shift_bound,
         logit_tails=cfg.logit_tails,
+        odd_flag=0.0 if cfg.odd_noise and conditioned else None,  # 0: the flow's noise flag
         **({} if conditioned else {"cond_dim": 0}),
     )

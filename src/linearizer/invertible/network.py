@@ -255,6 +255,7 @@ def cpu_network(
     img_size: int | None = None,
     shift_bound: float = 0.0,
     logit_tails: str = "sigmoid",
+    odd_flag: float | None = None,
 ) -> InvertibleNetwork:
     """The network of the CPU presets: :class:`SmallCNN` conditioners, zero-initialised.
 
@@ -271,7 +272,9 @@ def cpu_network(
     (:class:`DenseConditioner`, ``dense_hidden`` wide) and so see the whole image; they fix the
     input size, ``img_size`` x ``img_size``. ``shift_bound`` soft-bounds every coupling's
     shifts (:class:`AffineCoupling`); ``logit_tails`` is the data-side logit's
-    (:class:`FlagLogit`).
+    (:class:`FlagLogit`). ``odd_flag`` (0 or 1; needs ``flag_norm``) makes the network odd at
+    that flag, ``g(-x) = -g(x)``: every coupling and every ActNorm is odd there, and the logit
+    acts on flag 1 only, so 0 is the flag it can take beside a logit.
     """
     make = functools.partial(SmallCNN, hidden=hidden, cond_dim=cond_dim, dropout=dropout)
     tail: list[InvertibleModule] = []
@@ -302,7 +305,15 @@ def cpu_network(
     )
     if shift_bound < 0:
         raise LinearizerError(f"shift_bound must be >= 0 (0: unbounded), got {shift_bound}")
-    for coupling in net.modules():
-        if isinstance(coupling, AffineCoupling):
-            coupling.shift_bound = float(shift_bound)
+    if odd_flag is not None and (odd_flag not in (0.0, 1.0) or not flag_norm or dropout):
+        raise LinearizerError(
+            f"odd_flag must be 0 or 1 and needs flag_norm=True and no dropout, got {odd_flag}"
+        )
+    if odd_flag == 1.0 and logit:
+        raise LinearizerError("odd_flag=1 conflicts with the logit on flag-1 rows")
+    for module in net.modules():
+        if isinstance(module, AffineCoupling):
+            module.shift_bound = float(shift_bound)
+        if isinstance(module, (AffineCoupling, FlagActNorm)):
+            module.odd_flag = odd_flag
     return net

@@ -196,7 +196,8 @@ def _exact_collapse(ctx: Context, out: dict, **text: str) -> dict:
     ok = p is None or p >= limit
     return {
         **text,
-        "threshold": f"PSNR >= {limit:g} dB, float64 end to end",
+        "threshold": f"PSNR >= {limit:g} dB, float64 end to end"
+        + ("" if "per_component" not in out else ", every component"),
         "verdict": "holds (exact)" if ok else f"FAILS: {p:.1f} dB < {limit:g} dB in float64",
         "passed": ok,
         "samples": ctx.opts.n,
@@ -316,15 +317,20 @@ def claim_inversion(ctx: Context) -> dict:
     worst = finite(float(psnr(back, x1, reduction="none").min()))
     ctx.keep["inversion"] = {"x1": x1[:8], "x0": x0[:8], "back": back[:8]}
     limit = THRESHOLDS["inversion_db"]
-    ok = p64 is None or p64 >= limit
+    per = ctx.per_component(
+        {k: finite(psnr(back[r], x1[r], reduction="global")) for k, r in ctx.parts(len(x1))}
+    )
+    p_read = worst_db({"psnr_db": p64, **per})  # a mixture's worst component
+    ok = p_read is None or p_read >= limit
     return {
         "title": f"inversion through B (Euler T={ctx.opts.steps}): x1 -> noise -> x1",
         "paper": "31.6 dB / LPIPS .008 (B+ of the T=6 'rk' matrix)",
         "reference": "76.4 dB",
         "measured": f"{db(p64)} (float64), {db(p32)} (float32 networks); cond(B) "
         f"{float(sv[0] / sv[-1]):.3g}",
-        "threshold": f"round-trip PSNR >= {limit:g} dB, float64",
-        "verdict": "holds (exact to rounding)" if ok else f"FAILS: {db(p64)} < {limit:g} dB",
+        "threshold": f"round-trip PSNR >= {limit:g} dB, float64"
+        + ("" if not per else ", every component"),
+        "verdict": "holds (exact to rounding)" if ok else f"FAILS: {db(p_read)} < {limit:g} dB",
         "passed": ok,
         "psnr_db": p64,
         "psnr_db_worst_image": worst,
@@ -338,9 +344,7 @@ def claim_inversion(ctx: Context) -> dict:
         "inverses of real images lie far from the Gaussian noise the generator was trained on; "
         "blending them (the authors' interpolation) leaves the data (see interpolation.png)",
         "images": len(x1),
-        **ctx.per_component(
-            {k: finite(psnr(back[r], x1[r], reduction="global")) for k, r in ctx.parts(len(x1))}
-        ),
+        **per,
         **_perceptual(ctx, back.float(), x1.float()),
         "how": "x0 = g_noise^-1(B^-1 g_data(x1)) (LU solve in float64), then the one-step "
         "sample of x0; test images" + _dealt(ctx, "images", "float64 PSNR per component"),

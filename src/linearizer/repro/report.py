@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from .. import __version__
+from ..flow.build import mixture_size
 from ..flow.config import FlowConfig
 from ..flow.objective import resolve_perceptual
 from ..report import markdown_table, render_report, section
@@ -97,14 +98,14 @@ def deviations(cfg: FlowConfig, step: int) -> list[str]:
         )
     else:
         out.append(f"Invertible network: the authors' U-Net layout, {net.blocks} blocks.")
-    if cfg.components > 1 or cfg.conditional:
-        k, kind = (cfg.classes, "the classes") if cfg.conditional else (cfg.components, "found")
+    k = mixture_size(cfg)
+    if k:
+        kind = ("components found without labels", "the classes")[cfg.conditional]
         out.append(
-            f"Generator: a mixture of {k} exact linear generators (components: {kind}"
-            f"{' without labels' if kind == 'found' else ''}), one B_k each. Every exactness "
-            "claim deals its rows over the components in turn and reads its worst component "
-            "(per_component); generation draws each sample's component from the mixture "
-            "weights. The figures show component 0."
+            f"Generator: a mixture of {k} exact linear generators (one B_k per component; "
+            f"components: {kind}). Every exactness claim deals its rows over the components in "
+            "turn and reads its worst component (per_component); generation draws each sample's "
+            "component from the mixture weights. The figures show component 0."
         )
     out.append(
         f"Operator A(t): rank {cfg.rank}, hypernetworks {cfg.lora_depth}x{cfg.lora_hidden} "
