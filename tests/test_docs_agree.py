@@ -62,6 +62,10 @@ J = {
     "odd_one": "docs/flow/odd-noise-2026-12-05/one-generator-s0/claims.json",
     "odd_one_eval": "docs/flow/odd-noise-2026-12-05/one-generator-s0/evaluation.json",
     "odd_rate": "docs/flow/odd-noise-2026-12-05/step_rate.json",
+    "shift0": "docs/flow/shift-noise-2026-12-06/mixture-s0/claims.json",
+    "shift0_eval": "docs/flow/shift-noise-2026-12-06/mixture-s0/evaluation.json",
+    "shift1": "docs/flow/shift-noise-2026-12-06/mixture-s1/claims.json",
+    "shift1_eval": "docs/flow/shift-noise-2026-12-06/mixture-s1/evaluation.json",
     "mnist": "src/linearizer/assets/flow_mnist.json",
     "mnist_cond": "src/linearizer/assets/flow_mnist_cond.json",
 }
@@ -881,6 +885,50 @@ CHECKS += (
             "docs/flow/roundtrip.md",
             "| ten components (the main job) | {} / {} / {} | {} dB | {} of {} | {} / {} |",
             odd_row("repro", "mainjob"),
+        ),
+        # docs/flow/roundtrip.md §11: the shift noise side, two seeds
+        (
+            "docs/flow/roundtrip.md",
+            "| noise side a shift, seed 0 | {} / {} / {} | {} dB | {} of {} | {} / {} |",
+            odd_row("shift0", "shift0_eval"),
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| noise side a shift, seed 1 | {} / {} / {} | {} dB | {} of {} | {} / {} |",
+            odd_row("shift1", "shift1_eval"),
+        ),
+        (
+            "docs/mixture.md",
+            "(float32 linearity {} and {} at worst on two seeds, float32 inversion {} and {} dB,",
+            [
+                v("shift0", "claims/linearity/max_rel_err", "e1"),
+                v("shift1", "claims/linearity/max_rel_err", "e1"),
+                v("shift0", "claims/inversion/psnr_db_float32"),
+                v("shift1", "claims/inversion/psnr_db_float32"),
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "FID (LeNet) {} and {} against {} for the main job's seed",
+            [
+                v("shift0_eval", row("method", "fid_lenet")),
+                v("shift1_eval", row("method", "fid_lenet")),
+                v("mainjob", row("method", "fid_lenet")),
+            ],
+        ),
+        (
+            "CHANGELOG.md",
+            "(float32 linearity at worst {} and {}, now the same for either sign of a; float32 "
+            "inversion {} and {} dB), but score FID (LeNet) {} and {} against {} for",
+            [
+                v("shift0", "claims/linearity/max_rel_err", "e1"),
+                v("shift1", "claims/linearity/max_rel_err", "e1"),
+                v("shift0", "claims/inversion/psnr_db_float32"),
+                v("shift1", "claims/inversion/psnr_db_float32"),
+                v("shift0_eval", row("method", "fid_lenet")),
+                v("shift1_eval", row("method", "fid_lenet")),
+                v("mainjob", row("method", "fid_lenet")),
+            ],
         ),
         (
             "CHANGELOG.md",

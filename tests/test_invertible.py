@@ -37,7 +37,7 @@ from linearizer.invertible import (
     set_dropout_seed,
 )
 from linearizer.invertible.actnorm import FlagActNorm
-from linearizer.invertible.factory import NetworkConfig
+from linearizer.invertible.factory import NetworkConfig, build_network
 from linearizer.invertible.logit import FlagLogit
 from linearizer.invertible.network import CoarserLevel
 from linearizer.style.latent import LatentView
@@ -163,6 +163,11 @@ CONTRACT: dict[str, tuple[Callable[[], nn.Module], Sample, Sample | None]] = {
         for name, (factory, c, _) in CASES.items()
     },
     "coarser-level": (lambda: CoarserLevel(2, 1, make_cnn), lambda n: images(2, 4, n), flags),
+    "cpu-network-shift-noise": (  # its shift fixes the image size
+        lambda: cpu_network(1, num_blocks=2, hidden=8, img_size=4, shift_flag=0.0),
+        image_batch,
+        flags,
+    ),
     "flag-actnorm": (lambda: FlagActNorm(3), lambda n: images(3, 2, n), flags),
     # the logit's data rows take pixels in [0, 1]
     "flag-logit": (lambda: FlagLogit(0.05), lambda n: torch.rand(n, 2, 3, 3), flags),
@@ -255,6 +260,10 @@ class TestCpuNetworkOddNoise(InvertibleContract):
     case = "cpu-network-odd-noise"
 
 
+class TestCpuNetworkShiftNoise(InvertibleContract):
+    case = "cpu-network-shift-noise"
+
+
 class TestNetwork3chHard(InvertibleContract):
     case = "network-3ch-hard"
 
@@ -338,6 +347,46 @@ def test_an_odd_noise_side_needs_flag_norm_and_no_dropout():
         cpu_network(1, num_blocks=1, hidden=8, flag_norm=True, dropout=0.1, odd_flag=0.0)
     with pytest.raises(LinearizerError, match="network.odd_noise"):
         NetworkConfig(odd_noise=True).validate()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_shift_noise_side_is_x_plus_mu_and_the_data_side_the_blocks(dtype):
+    g = cpu_network(1, 1, hidden=8, dense_blocks=1, img_size=4, logit=0.05, shift_flag=0.0)
+    g = randomize(g).eval().to(dtype)  # a dense tail too: eval returns float64 latents
+    x, mixed = torch.rand(6, 1, 4, 4, dtype=dtype), flags(6)
+    with torch.no_grad():
+        z, z0 = g(x, mixed), g(x, 0.0)
+        assert z.dtype == z0.dtype == torch.float64
+        assert torch.equal(z0, x.double() + g.shift.double())  # one rounding, no blocks
+        assert torch.equal(z[mixed == 0], z0[mixed == 0])
+        assert torch.equal(z[mixed == 1], g(x[mixed == 1], 1.0))
+        assert not torch.allclose(z[mixed == 1], z0[mixed == 1])
+        back = g.inverse(z, mixed)
+        assert back.dtype == dtype
+        noise = mixed == 0  # the data rows' round trip is the contract's
+        assert torch.allclose(back[noise], x[noise], rtol=0, atol=4 * torch.finfo(dtype).eps)
+        # a negative scalar of the induced space: as exact as a positive one (condition 1)
+        for a in (-2.0, -0.5, 1.5):
+            xa = g.inverse(a * z0, 0.0)
+            err = (g(xa, 0.0) - a * z0).abs().max() / z0.abs().max()
+            assert err <= 8 * torch.finfo(dtype).eps
+    g.train()
+    z = g(x, mixed)
+    assert z.dtype == dtype
+    z.sum().backward()
+    assert torch.equal(g.shift.grad, torch.full_like(g.shift, 3.0))  # three noise rows
+
+
+def test_a_shift_noise_side_needs_img_size_and_leaves_other_networks_alone():
+    with pytest.raises(LinearizerError, match="shift_flag"):
+        cpu_network(1, num_blocks=1, hidden=8, shift_flag=0.0)
+    with pytest.raises(LinearizerError, match="shift_flag"):
+        cpu_network(1, 1, hidden=8, img_size=4, flag_norm=True, odd_flag=0.0, shift_flag=0.0)
+    with pytest.raises(LinearizerError, match="network.noise_side"):
+        NetworkConfig(noise_side="shift", odd_noise=True, flag_actnorm=True).validate()
+    with pytest.raises(LinearizerError, match="network.noise_side"):
+        build_network(NetworkConfig(noise_side="shift", img_size=4), 1, conditioned=False)
+    assert "shift" not in cpu_network(1, 1, hidden=8, img_size=4).state_dict()
 
 
 def test_every_contract_entry_has_its_class():

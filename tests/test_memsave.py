@@ -21,6 +21,8 @@ def _flow(network: str, dropout: float) -> torch.nn.Module:
         network, extra = "cpu", dict(hidden=8, logit=0.05)
     if network == "cpu-dense":
         network, extra = "cpu", dict(hidden=8, dense_blocks=1, dense_hidden=16)
+    if network == "cpu-shift-noise":  # noise rows skip the blocks, data rows save memory
+        network, extra = "cpu", dict(hidden=8, logit=0.05, noise_side="shift")
     net = NetworkConfig(kind=network, img_size=8, dropout=dropout, **extra)
     cfg = FlowConfig(network=net, **TINY)
     torch.manual_seed(0)
@@ -52,6 +54,7 @@ def _grads(model, memory_saving: bool) -> tuple[torch.Tensor, list[torch.Tensor]
         ("cpu-2-levels", 0.0),
         ("cpu-logit", 0.0),
         ("cpu-dense", 0.0),
+        ("cpu-shift-noise", 0.0),
         ("paper", 0.1),
     ],
 )

@@ -149,7 +149,8 @@ class MixtureFlow(OneStepFlow):
         Jacobian is the same for every component and cancels; the score is
         ``log pi_k + log N(x0_k; 0, tau^2 I) - log |det B_k|`` with ``x0_k`` the exact noise of
         ``x`` under component ``k``, which treats the noise side's Jacobian as equal across
-        components (the one approximation: the noise network has no log-determinant).
+        components (the one approximation: the noise network has no log-determinant; with
+        ``network.noise_side=shift`` that Jacobian is the identity and the score is exact).
         Returns ``(components [N], scores [N, K])``.
         """
         spec = spec.invertible()

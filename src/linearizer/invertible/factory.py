@@ -67,6 +67,11 @@ class NetworkConfig(Config):
         "at the noise flag), so negative scalars of the induced space stay where training was; "
         "needs flag_actnorm, costs a second conditioner pass over noise rows",
     )
+    noise_side: Literal["network", "shift"] = option(
+        "network",
+        "cpu network: g_noise as the flagged blocks (the authors), or the learned shift "
+        "x + mu (condition number 1 everywhere, and noise rows skip the blocks)",
+    )
     memory_saving: bool = option(
         False, "recompute g's activations from its exact inverse in backprop (less memory)"
     )
@@ -118,6 +123,11 @@ class NetworkConfig(Config):
                 f"config key 'network.shift_bound' must be >= 0 (0: unbounded), got "
                 f"{self.shift_bound}"
             )
+        if self.noise_side == "shift" and (self.kind != "cpu" or self.odd_noise):
+            raise LinearizerError(
+                "config key 'network.noise_side=shift' needs the cpu network and no "
+                "network.odd_noise"
+            )
         if self.odd_noise and (self.kind != "cpu" or not self.flag_actnorm or self.dropout):
             raise LinearizerError(
                 "config key 'network.odd_noise' needs the cpu network with "
@@ -150,6 +160,11 @@ def build_network(
             "config key 'network.odd_noise' needs a flagged network (the flow's g_noise); this "
             "model's network takes no flag"
         )
+    if cfg.noise_side == "shift" and not conditioned:
+        raise LinearizerError(
+            "config key 'network.noise_side=shift' needs a flagged network (the flow's g_noise); "
+            "this model's network takes no flag"
+        )
     if cfg.logit and not conditioned:
         raise LinearizerError(
             "config key 'network.logit' needs a flagged network (the flow's g_data); this model's "
@@ -171,5 +186,6 @@ def build_network(
         shift_bound=cfg.shift_bound,
         logit_tails=cfg.logit_tails,
         odd_flag=0.0 if cfg.odd_noise and conditioned else None,  # 0: the flow's noise flag
+        shift_flag=0.0 if cfg.noise_side == "shift" and conditioned else None,
         **({} if conditioned else {"cond_dim": 0}),
     )

@@ -88,6 +88,16 @@ def _needs_plain_path(chain: Sequence[nn.Module], x: Tensor, flag) -> bool:
 
 
 def _run(net: nn.Module, x: Tensor, flag, inverse: bool) -> Tensor:
+    if isinstance(net, InvertibleNetwork) and net.shift_flag is not None:
+        # rows at the shift side skip the blocks; the others run through them memory-saving
+        def blocks(x: Tensor, flag) -> Tensor:  # noqa: ANN001
+            return _run_blocks(net, x, flag, inverse)
+
+        return net._by_side(x, net._prepare(x, flag), blocks, -1.0 if inverse else 1.0)
+    return _run_blocks(net, x, flag, inverse)
+
+
+def _run_blocks(net: nn.Module, x: Tensor, flag, inverse: bool) -> Tensor:
     chain = pieces(net)
     if _needs_plain_path(chain, x, flag):
         return _step(net, x, flag, inverse)

@@ -203,8 +203,47 @@ class InvertibleNetwork(InvertibleModule):
             hit = self._wide["tail"] = (version, copy.deepcopy(own).double().requires_grad_(False))
         return hit[1]
 
+    def shift_side(self, flag: float, image_shape: tuple[int, int, int]) -> None:
+        """Make the side at ``flag`` the shift ``x -> x + mu`` (``mu`` learned, image-shaped,
+        zero at first) instead of the blocks: an affine side has condition number 1 at every
+        input, so the induced space's operations (``a g(x)`` for any sign of ``a``, sums) cost
+        one rounding there, and not being odd it keeps a mean that a mixture's components can
+        map apart (docs/flow/roundtrip.md §11)."""
+        self.shift_flag = float(flag)
+        self.shift = nn.Parameter(torch.zeros(image_shape, dtype=self._dtype()))
+
+    shift_flag: float | None = None
+
+    def _by_side(
+        self, x: Tensor, flag: Tensor | None, run: Callable[..., Tensor], sign: float
+    ) -> Tensor:
+        """``run(x, flag)`` on every row, except rows at ``shift_flag``: ``x + sign * mu``
+        there, in the dtype ``run`` returns (float64 latents out of training mode)."""
+        if self.shift_flag is None or flag is None:
+            return run(x, flag)
+        rows = flag == self.shift_flag
+        if not bool(rows.any()):
+            return run(x, flag)
+        if sign > 0 and self._wide_tail(x) is not None:
+            dtype = torch.float64  # as the blocks' latents
+        else:
+            dtype = x.dtype if sign > 0 else self._dtype()
+        work = torch.promote_types(x.dtype, dtype)  # one rounding, into the wider dtype
+        shifted = (x[rows].to(work) + sign * self.shift.to(work)).to(dtype)
+        if bool(rows.all()):
+            return shifted
+        rest = run(x[~rows], flag[~rows])
+        out = rest.new_empty((x.shape[0], *rest.shape[1:]))
+        out[rows], out[~rows] = shifted.to(rest.dtype), rest
+        return out
+
     def forward(self, x: Tensor, flag: float | Tensor | None = None) -> Tensor:
-        flag = self._prepare(x, flag)
+        return self._by_side(x, self._prepare(x, flag), self._forward, 1.0)
+
+    def inverse(self, z: Tensor, flag: float | Tensor | None = None) -> Tensor:
+        return self._by_side(z, self._prepare(z, flag), self._inverse, -1.0)
+
+    def _forward(self, x: Tensor, flag: Tensor | None) -> Tensor:
         if self.logit is not None:
             x = self.logit(x, flag)
         if self.squeeze is not None:
@@ -218,8 +257,7 @@ class InvertibleNetwork(InvertibleModule):
         x = run_blocks(tail, x, flag)
         return x if self.squeeze is None else self.squeeze.inverse(x)
 
-    def inverse(self, z: Tensor, flag: float | Tensor | None = None) -> Tensor:
-        flag = self._prepare(z, flag)
+    def _inverse(self, z: Tensor, flag: Tensor | None) -> Tensor:
         dtype = self._dtype()
         if self.squeeze is not None:
             z = self.squeeze(z)
@@ -256,6 +294,7 @@ def cpu_network(
     shift_bound: float = 0.0,
     logit_tails: str = "sigmoid",
     odd_flag: float | None = None,
+    shift_flag: float | None = None,
 ) -> InvertibleNetwork:
     """The network of the CPU presets: :class:`SmallCNN` conditioners, zero-initialised.
 
@@ -274,7 +313,9 @@ def cpu_network(
     shifts (:class:`AffineCoupling`); ``logit_tails`` is the data-side logit's
     (:class:`FlagLogit`). ``odd_flag`` (0 or 1; needs ``flag_norm``) makes the network odd at
     that flag, ``g(-x) = -g(x)``: every coupling and every ActNorm is odd there, and the logit
-    acts on flag 1 only, so 0 is the flag it can take beside a logit.
+    acts on flag 1 only, so 0 is the flag it can take beside a logit. ``shift_flag`` (0 or 1;
+    needs ``img_size``) makes that flag's side the learned shift ``x + mu`` instead of the
+    blocks (:meth:`InvertibleNetwork.shift_side`).
     """
     make = functools.partial(SmallCNN, hidden=hidden, cond_dim=cond_dim, dropout=dropout)
     tail: list[InvertibleModule] = []
@@ -311,6 +352,12 @@ def cpu_network(
         )
     if odd_flag == 1.0 and logit:
         raise LinearizerError("odd_flag=1 conflicts with the logit on flag-1 rows")
+    if shift_flag is not None:
+        if img_size is None or odd_flag is not None or shift_flag not in (0.0, 1.0):
+            raise LinearizerError(
+                f"shift_flag must be 0 or 1 and needs img_size and no odd_flag, got {shift_flag}"
+            )
+        net.shift_side(shift_flag, (in_channels, img_size, img_size))
     for module in net.modules():
         if isinstance(module, AffineCoupling):
             module.shift_bound = float(shift_bound)
