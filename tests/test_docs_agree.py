@@ -66,6 +66,7 @@ J = {
     "shift0_eval": "docs/flow/shift-noise-2026-12-06/mixture-s0/evaluation.json",
     "shift1": "docs/flow/shift-noise-2026-12-06/mixture-s1/claims.json",
     "shift1_eval": "docs/flow/shift-noise-2026-12-06/mixture-s1/evaluation.json",
+    "k20s0": "docs/mixture/k20-2026-12-06/s0/evaluation.json",
     "mnist": "src/linearizer/assets/flow_mnist.json",
     "mnist_cond": "src/linearizer/assets/flow_mnist_cond.json",
 }
@@ -885,6 +886,26 @@ CHECKS += (
             "docs/flow/roundtrip.md",
             "| ten components (the main job) | {} / {} / {} | {} dB | {} of {} | {} / {} |",
             odd_row("repro", "mainjob"),
+        ),
+        # docs/mixture.md: twenty components against the main job's ten, seed 0
+        (
+            "docs/mixture.md",
+            "| twenty components | **{}** | {} | {} | {} | {} |",
+            [
+                v("k20s0", row("method", k), f)
+                for k, f in [
+                    ("fid_lenet", ".1f"),
+                    ("fid_judge", ".1f"),
+                    ("precision", ".3f"),
+                    ("recall", ".3f"),
+                    ("confidence", ".3f"),
+                ]
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "| ten components (the main job) | {} | {} | {} | {} | {} |",
+            [*mainjob_row(), v("mainjob", row("method", "confidence"), ".3f")],
         ),
         # docs/flow/roundtrip.md §11: the shift noise side, two seeds
         (

@@ -382,6 +382,8 @@ def test_a_shift_noise_side_needs_img_size_and_leaves_other_networks_alone():
         cpu_network(1, num_blocks=1, hidden=8, shift_flag=0.0)
     with pytest.raises(LinearizerError, match="shift_flag"):
         cpu_network(1, 1, hidden=8, img_size=4, flag_norm=True, odd_flag=0.0, shift_flag=0.0)
+    with pytest.raises(LinearizerError, match="shift_flag=1"):
+        cpu_network(1, 1, hidden=8, img_size=4, logit=0.05, shift_flag=1.0)
     with pytest.raises(LinearizerError, match="network.noise_side"):
         NetworkConfig(noise_side="shift", odd_noise=True, flag_actnorm=True).validate()
     with pytest.raises(LinearizerError, match="network.noise_side"):

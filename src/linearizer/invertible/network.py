@@ -203,6 +203,8 @@ class InvertibleNetwork(InvertibleModule):
             hit = self._wide["tail"] = (version, copy.deepcopy(own).double().requires_grad_(False))
         return hit[1]
 
+    shift_flag: float | None = None  # the flag whose side is a shift (see shift_side)
+
     def shift_side(self, flag: float, image_shape: tuple[int, int, int]) -> None:
         """Make the side at ``flag`` the shift ``x -> x + mu`` (``mu`` learned, image-shaped,
         zero at first) instead of the blocks: an affine side has condition number 1 at every
@@ -211,8 +213,6 @@ class InvertibleNetwork(InvertibleModule):
         map apart (docs/flow/roundtrip.md §11)."""
         self.shift_flag = float(flag)
         self.shift = nn.Parameter(torch.zeros(image_shape, dtype=self._dtype()))
-
-    shift_flag: float | None = None
 
     def _by_side(
         self, x: Tensor, flag: Tensor | None, run: Callable[..., Tensor], sign: float
@@ -357,6 +357,8 @@ def cpu_network(
             raise LinearizerError(
                 f"shift_flag must be 0 or 1 and needs img_size and no odd_flag, got {shift_flag}"
             )
+        if shift_flag == 1.0 and logit:
+            raise LinearizerError("shift_flag=1 conflicts with the logit on flag-1 rows")
         net.shift_side(shift_flag, (in_channels, img_size, img_size))
     for module in net.modules():
         if isinstance(module, AffineCoupling):
