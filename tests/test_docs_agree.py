@@ -67,6 +67,7 @@ J = {
     "shift1": "docs/flow/shift-noise-2026-12-06/mixture-s1/claims.json",
     "shift1_eval": "docs/flow/shift-noise-2026-12-06/mixture-s1/evaluation.json",
     "k20s0": "docs/mixture/k20-2026-12-06/s0/evaluation.json",
+    "k20s1": "docs/mixture/k20-2026-12-06/s1/evaluation.json",
     "mnist": "src/linearizer/assets/flow_mnist.json",
     "mnist_cond": "src/linearizer/assets/flow_mnist_cond.json",
 }
@@ -890,7 +891,7 @@ CHECKS += (
         # docs/mixture.md: twenty components against the main job's ten, seed 0
         (
             "docs/mixture.md",
-            "| twenty components | **{}** | {} | {} | {} | {} |",
+            "| twenty components, seed 0 | **{}** | {} | {} | {} | {} |",
             [
                 v("k20s0", row("method", k), f)
                 for k, f in [
@@ -904,8 +905,22 @@ CHECKS += (
         ),
         (
             "docs/mixture.md",
-            "| ten components (the main job) | {} | {} | {} | {} | {} |",
+            "| ten components (the main job), seed 0 | {} | {} | {} | {} | {} |",
             [*mainjob_row(), v("mainjob", row("method", "confidence"), ".3f")],
+        ),
+        (
+            "docs/mixture.md",
+            "| twenty components, seed 1 | {} | {} | {} | {} | {} |",
+            [
+                v("k20s1", row("method", k), f)
+                for k, f in [
+                    ("fid_lenet", ".1f"),
+                    ("fid_judge", ".1f"),
+                    ("precision", ".3f"),
+                    ("recall", ".3f"),
+                    ("confidence", ".3f"),
+                ]
+            ],
         ),
         # docs/flow/roundtrip.md §11: the shift noise side, two seeds
         (
