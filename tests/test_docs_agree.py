@@ -111,10 +111,17 @@ def controls(row_name: str, key: str, fmt: str = ".1f") -> tuple[str, str, str]:
     return v("controls", f"rows/{row_name}/{key}/#mean", fmt)
 
 
+def method_row(name: str, confidence: bool = False) -> list[tuple[str, str, str]]:
+    """An evaluation's trained-map row: FID (LeNet), FID (judge), precision, recall and, with
+    ``confidence``, the LeNet's mean confidence."""
+    keys = [("fid_lenet", ".1f"), ("fid_judge", ".1f"), ("precision", ".3f"), ("recall", ".3f")]
+    keys += [("confidence", ".3f")] if confidence else []
+    return [v(name, row("method", k), f) for k, f in keys]
+
+
 def mainjob_row() -> list[tuple[str, str, str]]:
     """The main job's trained-map row: FID (LeNet), FID (judge), precision, recall."""
-    keys = [("fid_lenet", ".1f"), ("fid_judge", ".1f"), ("precision", ".3f"), ("recall", ".3f")]
-    return [v("mainjob", row("method", k), f) for k, f in keys]
+    return method_row("mainjob")
 
 
 def odd_row(claims: str, evaluation: str) -> list[tuple[str, str, str]]:
@@ -892,35 +899,17 @@ CHECKS += (
         (
             "docs/mixture.md",
             "| twenty components, seed 0 | **{}** | {} | {} | {} | {} |",
-            [
-                v("k20s0", row("method", k), f)
-                for k, f in [
-                    ("fid_lenet", ".1f"),
-                    ("fid_judge", ".1f"),
-                    ("precision", ".3f"),
-                    ("recall", ".3f"),
-                    ("confidence", ".3f"),
-                ]
-            ],
+            method_row("k20s0", confidence=True),
         ),
         (
             "docs/mixture.md",
             "| ten components (the main job), seed 0 | {} | {} | {} | {} | {} |",
-            [*mainjob_row(), v("mainjob", row("method", "confidence"), ".3f")],
+            method_row("mainjob", confidence=True),
         ),
         (
             "docs/mixture.md",
             "| twenty components, seed 1 | {} | {} | {} | {} | {} |",
-            [
-                v("k20s1", row("method", k), f)
-                for k, f in [
-                    ("fid_lenet", ".1f"),
-                    ("fid_judge", ".1f"),
-                    ("precision", ".3f"),
-                    ("recall", ".3f"),
-                    ("confidence", ".3f"),
-                ]
-            ],
+            method_row("k20s1", confidence=True),
         ),
         # docs/flow/roundtrip.md §11: the shift noise side, two seeds
         (

@@ -194,14 +194,19 @@ class InvertibleNetwork(InvertibleModule):
     def _wide_tail(self, like: Tensor) -> nn.ModuleList | None:
         """The tail's cached float64 copy, when ``like`` is to run through it: out of training
         mode, on a float32 network that has a tail; else None."""
-        own = self.blocks[self.tail_start :]
-        if self.training or not len(own) or like.dtype != torch.float32:
+        if not self._widens(like):
             return None
+        own = self.blocks[self.tail_start :]
         version = tuple((p.data_ptr(), p._version) for p in own.parameters())
         hit = self._wide.get("tail")
         if hit is None or hit[0] != version:
             hit = self._wide["tail"] = (version, copy.deepcopy(own).double().requires_grad_(False))
         return hit[1]
+
+    def _widens(self, like: Tensor) -> bool:
+        """Whether ``like`` runs through the tail's float64 copy (and its latent is float64)."""
+        has_tail = len(self.blocks) > self.tail_start
+        return not self.training and has_tail and like.dtype == torch.float32
 
     shift_flag: float | None = None  # the flag whose side is a shift (see shift_side)
 
@@ -224,7 +229,7 @@ class InvertibleNetwork(InvertibleModule):
         rows = flag == self.shift_flag
         if not bool(rows.any()):
             return run(x, flag)
-        if sign > 0 and self._wide_tail(x) is not None:
+        if sign > 0 and self._widens(x):
             dtype = torch.float64  # as the blocks' latents
         else:
             dtype = x.dtype if sign > 0 else self._dtype()
