@@ -281,23 +281,18 @@ def test_the_folder_keeps_the_most_recently_used_files_within_its_limit(tmp_path
         bcache.max_bytes()
 
 
-def test_bypassed_neither_reads_nor_writes_the_folder(tmp_path):
-    stored = bcache.cached(key(), Builder(dense()), folder=tmp_path)
-    with bcache.bypassed():
-        fresh = Builder(dense(1))
-        assert bcache.cached(key(), fresh, folder=tmp_path) is fresh.value
-        bcache.cached(key(weights="1" * 64), Builder(dense(2)), folder=tmp_path)
-    assert fresh.calls == 1 and only_file(tmp_path).is_file()
-    assert torch.equal(bcache.cached(key(), Builder(None), folder=tmp_path), stored)
-
-
-def test_a_training_run_leaves_no_b_on_disk(tmp_path, monkeypatch):
+def test_a_training_runs_grids_build_no_b(tmp_path, monkeypatch):
+    from linearizer.flow import factored
     from linearizer.flow.task import FlowTask
     from linearizer.training.config import resolve
     from linearizer.training.trainer import train
 
+    def refuse(*args, **kwargs):
+        raise AssertionError("a training grid built a one-step matrix")
+
     cache = tmp_path / "cache"
     monkeypatch.setenv(bcache.ENV, str(cache))
+    monkeypatch.setattr(factored, "one_step", refuse)
     overrides = ["progress=false", "components=2", "eval_every=3"]
     train(FlowTask(), resolve("flow", "smoke", overrides), tmp_path / "run")
     assert len(list((tmp_path / "run" / "samples").glob("*.png"))) >= 2  # the grids were drawn

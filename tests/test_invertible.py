@@ -211,9 +211,9 @@ class InvertibleContract(InvertibleTests):
     def sample(self, n: int) -> torch.Tensor:
         return CONTRACT[self.case][1](n).double()
 
-    def cond(self, n: int) -> torch.Tensor | None:
-        cond = CONTRACT[self.case][2]
-        return None if cond is None else cond(n)
+    def flag(self, n: int) -> torch.Tensor | None:
+        flag = CONTRACT[self.case][2]
+        return None if flag is None else flag(n)
 
 
 class TestActnorm(InvertibleContract):

@@ -271,3 +271,39 @@ def test_the_contracts_run_without_pytest():
         "test_round_trip",
     ]
     assert len(TestUserOperator().check_all()) == 4
+
+
+class FlagScale(nn.Module):
+    """``x (2 + flag)``: a block that needs its flag, so a contract that drops it fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(1, dtype=F64))
+
+    def forward(self, x: Tensor, flag: Tensor) -> Tensor:
+        return x * self.w * (2 + flag[:, None])
+
+    def inverse(self, z: Tensor, flag: Tensor) -> Tensor:
+        return z / (self.w * (2 + flag[:, None]))
+
+
+class TestUserFlaggedBlock(InvertibleTests):
+    def build(self):
+        return FlagScale()
+
+    def sample(self, n: int) -> Tensor:
+        return torch.randn(n, 3, dtype=F64)
+
+    def flag(self, n: int) -> Tensor:
+        return torch.full((n,), 0.5, dtype=F64)
+
+
+def test_a_contract_written_with_the_former_cond_hook_still_passes_its_flag_and_warns():
+    class FormerHook(InvertibleTests):
+        build, sample = TestUserFlaggedBlock.build, TestUserFlaggedBlock.sample
+
+        def cond(self, n: int) -> Tensor:
+            return torch.full((n,), 0.5, dtype=F64)
+
+    with pytest.warns(DeprecationWarning, match="override flag"):
+        FormerHook().test_round_trip()

@@ -43,6 +43,7 @@ numbers multiply rounding; set ``rtol`` on the class to change it.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -130,12 +131,13 @@ def _check_gradients(module: nn.Module, a: Callable, x: Tensor, b: Callable, y: 
 
 
 class InvertibleTests(_Properties):
-    """Inherit, implement ``build`` (a bijection: ``forward(x[, cond])``, ``inverse(z[,
-    cond])`` and, optionally, ``inverse_logdet`` of the
+    """Inherit, implement ``build`` (a bijection: ``forward(x[, flag])``, ``inverse(z[,
+    flag])`` and, optionally, ``inverse_logdet`` of the
     :class:`~linearizer.invertible.base.InvertibleModule` protocol) and ``sample(n)`` (``n``
-    inputs), name the class ``Test...``. ``cond(n)`` gives the conditioning every call gets
-    (``None``: none is passed); ``sample_z(n)`` the points the inverse starts from (default:
-    images of fresh inputs). Keep the per-sample size small: the log-determinant is checked
+    inputs), name the class ``Test...``. ``flag(n)`` gives the conditioning flag every call
+    gets (``None``: none is passed; ``cond(n)``, its former name, still works for one release
+    and warns); ``sample_z(n)`` the points the inverse starts from (default: images of fresh
+    inputs). Keep the per-sample size small: the log-determinant is checked
     against the dense Jacobian of each sample.
     """
 
@@ -147,7 +149,18 @@ class InvertibleTests(_Properties):
     def sample(self, n: int) -> Tensor:
         raise NotImplementedError("return a batch of n inputs from sample(n)")
 
+    def flag(self, n: int) -> Tensor | None:
+        if type(self).cond is not InvertibleTests.cond:  # a test class written for 0.1.0
+            warnings.warn(
+                "InvertibleTests.cond(n) is deprecated; override flag(n)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return self.cond(n)
+        return None
+
     def cond(self, n: int) -> Tensor | None:
+        """Deprecated name of :meth:`flag`: override ``flag`` instead."""
         return None
 
     def sample_z(self, n: int) -> Tensor:
@@ -162,7 +175,7 @@ class InvertibleTests(_Properties):
         return self.sample(1).dtype
 
     def _args(self, x: Tensor) -> tuple:
-        c = self.cond(len(x))
+        c = self.flag(len(x))
         return (x,) if c is None else (x, c)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -183,10 +196,10 @@ class InvertibleTests(_Properties):
         x, logdet = (t.detach() for t in g.inverse_logdet(*self._args(z)))
         self.assert_rel(x, self.inverse(z), "inverse_logdet's x = g^-1(z)")
         assert logdet.shape == (len(z),), f"log-determinant of shape {tuple(logdet.shape)}"
-        c = self.cond(len(z))
+        c = self.flag(len(z))
         for i in range(len(z)):
 
-            def one(v: Tensor, i: int = i) -> Tensor:  # sample i's inverse, its own cond
+            def one(v: Tensor, i: int = i) -> Tensor:  # sample i's inverse, its own flag
                 return self.module.inverse(v, *(() if c is None else (c[i : i + 1],)))
 
             jac = torch.autograd.functional.jacobian(one, z[i : i + 1])

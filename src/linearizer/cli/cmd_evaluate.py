@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..errors import LinearizerError
 from ..flow.evaluate import EvalOptions
+from ..training.weights import weights_label
 from .configargs import add_config_options, config_from_args
 from .flowargs import add_spec_options, load_spec_run
 
@@ -125,9 +126,10 @@ def _record(args, run, spec, title: str, start: float, **extra) -> dict:
     """What results.json says besides the measurements: the run, the sampler, the command."""
     import torch
 
+    weights = weights_label("model" if args.no_ema else "ema")
     return {
-        "title": f"{title} of {args.run} (step {run.step}, {'raw' if args.no_ema else 'EMA'} "
-        f"weights, temperature {spec.temperature:g})",
+        "title": f"{title} of {args.run} (step {run.step}, {weights} weights, "
+        f"temperature {spec.temperature:g})",
         "run": str(args.run),
         "step": run.step,
         "ema": not args.no_ema,

@@ -17,10 +17,10 @@ in memory as before.
 The folder (:func:`cache_folder`) is ``$LINEARIZER_CACHE`` (``off`` or ``0``: no disk cache),
 else ``one-step`` inside the user cache of downloads and pretrained models
 (:func:`linearizer.io.default_cache_dir`). It holds at most ``$LINEARIZER_CACHE_MB`` megabytes
-(default :data:`MAX_MB`): each store removes the least recently used files beyond that. Weights
-that change as they are used (a training run's grids) sample inside :func:`bypassed`, which
-keeps their B's in memory only. Bump :data:`FORMAT_VERSION` whenever the way B is
-built changes, so stored B's of the former algorithm are never read.
+(default :data:`MAX_MB`): each store removes the least recently used files beyond that. A
+training run's grids build no B (they run the multi-step solver), so weights that change as
+they train never fill the folder. Bump :data:`FORMAT_VERSION` whenever the way B is built
+changes, so stored B's of the former algorithm are never read.
 
 >>> import tempfile, torch
 >>> folder = Path(tempfile.mkdtemp())
@@ -34,13 +34,12 @@ built changes, so stored B's of the former algorithm are never read.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import json
 import os
 import struct
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -59,18 +58,6 @@ MAX_MB = 2048  # about 400 dense float64 B's of MNIST (4.9 MB each)
 Stored = Tensor | FactoredMatrix
 
 _unwritable: set[Path] = set()  # folders already warned about: one line per folder and process
-_bypass = contextvars.ContextVar("linearizer_bcache_bypass", default=False)
-
-
-@contextlib.contextmanager
-def bypassed() -> Iterator[None]:
-    """Inside this block :func:`cached` builds without reading or writing the disk: for weights
-    that change between uses, whose B no later process could ever read back."""
-    token = _bypass.set(True)
-    try:
-        yield
-    finally:
-        _bypass.reset(token)
 
 
 def weights_digest(*parts: nn.Module | Tensor) -> str:
@@ -137,7 +124,7 @@ def cached(
     B is built on another device than the CPU names it there and in ``key`` (B's rounding
     depends on where it was built)."""
     folder = cache_folder() if folder is None else Path(folder)
-    if folder is None or _bypass.get():
+    if folder is None:
         return build()
     canonical = canonical_key(key)
     path = folder / f"{_file_name(canonical)}.safetensors"

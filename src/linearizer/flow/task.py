@@ -15,7 +15,6 @@ from ..errors import LinearizerError
 from ..training.image_task import ImageTask
 from ..training.random_streams import StepRandom
 from ..training.runs import load_run, read_run_config
-from . import bcache
 from .build import build_flow
 from .calibration import FitOptions, fit_calibration, load_calibration, save_calibration
 from .components import find_components, shares
@@ -69,8 +68,9 @@ class FlowTask(ImageTask, kind="flow", config=FlowConfig):
         # the run's schedule, trained map alone: the grids show what training made
         spec = cfg.sampler.replace(maps="none")
         labels = self.parts.grid(len(noise))
-        with bcache.bypassed():  # these weights change by the next grid: keep no B on disk
-            x = model.sample(cfg.sampler.temperature * noise, spec, labels=labels)
+        # The solver, not B: the same images as one step to rounding (the collapse claims), without
+        # building one B per component for weights that change by the next grid.
+        x = model.sample(cfg.sampler.temperature * noise, spec, labels=labels, one_step=False)
         return {"samples": self.save_samples(x, step, run_dir, scale=2)}
 
     def on_finish(self, model: OneStepFlow, ema, step: int, run_dir: Path) -> dict | None:

@@ -4,29 +4,28 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from ..invertible.squeeze import Squeeze
+
 
 class LatentView(nn.Module):
-    """``g`` at one conditioning flag, with the latent optionally squeezed 2x2 to 4C channels.
+    """``g`` at one conditioning flag, with the latent optionally squeezed 2x2 to 4C channels
+    (:class:`~linearizer.invertible.Squeeze`).
 
     An invertible module in its own right (``forward``/``inverse``), so it can define an
-    :class:`InducedSpace` or serve as ``g_x``/``g_y`` of a :class:`Linearizer`.
+    :class:`InducedSpace` or serve as ``g_x``/``g_y`` of a :class:`Linearizer`. It passes the flag
+    as a float, as the rest of the style model does, where
+    :class:`~linearizer.invertible.Conditioned` passes a per-sample tensor.
     """
 
     def __init__(self, g: nn.Module, flag: float, squeeze: bool) -> None:
         super().__init__()
-        self.g, self.flag, self.squeeze = g, float(flag), bool(squeeze)
+        self.g, self.flag = g, float(flag)
+        self.fold = Squeeze() if squeeze else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
-        z = self.g(x, self.flag)
-        if self.squeeze:
-            b, c, h, w = z.shape
-            z = z.reshape(b, c, h // 2, 2, w // 2, 2).permute(0, 1, 3, 5, 2, 4)
-            z = z.reshape(b, 4 * c, h // 2, w // 2)
-        return z
+        return self.fold(self.g(x, self.flag))
 
     def inverse(self, z: Tensor) -> Tensor:
-        if self.squeeze:
-            b, c4, h, w = z.shape
-            z = z.reshape(b, c4 // 4, 2, 2, h, w).permute(0, 1, 4, 2, 5, 3)
-            z = z.reshape(b, c4 // 4, 2 * h, 2 * w)
+        if isinstance(self.fold, Squeeze):
+            z = self.fold.inverse(z)
         return self.g.inverse(z, self.flag)
