@@ -44,6 +44,7 @@ J = {
     "ref03": "docs/flow/reference_2026-12-03_4000/results.json",
     "ref03wall": "docs/flow/reference_eval_2026-12-03/results.json",
     "repro": "docs/repro/results.json",
+    "repro10": "docs/repro-ten-components/results.json",
     "repro1": "docs/repro-one-generator/results.json",
     "repro_pre": "docs/repro-pretrained/results.json",
     "eqt": "docs/benchmarks/equal-time/evaluation.json",
@@ -56,6 +57,9 @@ J = {
     "mixcpu": "docs/mixture/cpu_equal_time/evaluation.json",
     "mixrate": "docs/mixture/cpu_equal_time/step_rate.json",
     "mainjob": "docs/repro/evaluation/results.json",
+    "mainjob10": "docs/repro-ten-components/evaluation/results.json",
+    "k10s1": "docs/mixture/k20-2026-12-06/k10-s1/evaluation.json",
+    "k20rate": "docs/mixture/k20-2026-12-06/step_rate.json",
     "first_call": "docs/mixture/first_call.json",
     "odd_mix": "docs/flow/odd-noise-2026-12-05/mixture-s0/claims.json",
     "odd_mix_eval": "docs/flow/odd-noise-2026-12-05/mixture-s0/evaluation.json",
@@ -121,7 +125,7 @@ def method_row(name: str, confidence: bool = False) -> list[tuple[str, str, str]
 
 def mainjob_row() -> list[tuple[str, str, str]]:
     """The main job's trained-map row: FID (LeNet), FID (judge), precision, recall."""
-    return method_row("mainjob")
+    return method_row("mainjob10")
 
 
 def odd_row(claims: str, evaluation: str) -> list[tuple[str, str, str]]:
@@ -231,9 +235,10 @@ CHECKS: list[Check] = [
     ),
     (
         "README.md",
-        "a mixture of ten components, {} steps) printed {} of {} claims hold",
+        "a mixture of twenty components, {} steps, run `{}`) printed {} of {} claims hold",
         [
             v("repro", "step", ",d"),
+            v("repro", "run", "s"),
             v("repro", "claims/#passed", "d"),
             v("repro", "claims/#count", "d"),
         ],
@@ -241,7 +246,7 @@ CHECKS: list[Check] = [
     (
         "README.md",
         "inversion through B reads {} dB in float64. Float32 linearity does not hold: {} for"
-        " positive scalars, {} for negative ones against the threshold 1e-4 (float64: {})",
+        " positive scalars, {} for negative ones against the threshold 1e-4 (float64: {};",
         [
             v("repro", "claims/inversion/psnr_db"),
             v("repro", "claims/linearity/homogeneity_float32_a_pos", "e1"),
@@ -251,7 +256,12 @@ CHECKS: list[Check] = [
     ),
     (
         "README.md",
-        "The one-generator preset's run of the same day met all {}, float32 linearity at {}",
+        "Its trained map alone scores FID (LeNet) {} and FID (judge) {} (10,000 samples",
+        fid("mainjob", "method"),
+    ),
+    (
+        "README.md",
+        "The one-generator preset's run of 2026-12-05 met all {}, float32 linearity at {}",
         [v("repro1", "claims/#all", "d"), v("repro1", "claims/linearity/max_rel_err", "e1")],
     ),
     (
@@ -857,19 +867,20 @@ CHECKS += (
             "printed {} of {} claims: float32 linearity reads {} for positive scalars and {} for"
             " negative ones",
             [
-                v("repro", "claims/#passed", "d"),
-                v("repro", "claims/#count", "d"),
-                v("repro", "claims/linearity/homogeneity_float32_a_pos", "e1"),
-                v("repro", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+                v("repro10", "claims/#passed", "d"),
+                v("repro10", "claims/#count", "d"),
+                v("repro10", "claims/linearity/homogeneity_float32_a_pos", "e1"),
+                v("repro10", "claims/linearity/homogeneity_float32_a_neg", "e1"),
             ],
         ),
         (
             "CHANGELOG.md",
             "Its run scores FID (LeNet) / FID (judge) {} / {}",
-            fid("mainjob", "method"),
+            fid("mainjob10", "method"),
         ),
         ("docs/mixture.md", "| **{}** | {} | {} | {} |", mainjob_row()),
-        ("docs/quality.md", "seed 0, 10,000 samples) scores {} / {}", fid("mainjob", "method")),
+        ("docs/quality.md", "seed 0, 10,000 samples) scores {} / {}", fid("mainjob10", "method")),
+        ("docs/quality.md", "the main job's run scores {} / {}", fid("mainjob", "method")),
         # docs/flow/roundtrip.md §10: the odd noise side against the main job, one seed each
         (
             "docs/flow/roundtrip.md",
@@ -893,7 +904,7 @@ CHECKS += (
         (
             "docs/flow/roundtrip.md",
             "| ten components (the main job) | {} / {} / {} | {} dB | {} of {} | {} / {} |",
-            odd_row("repro", "mainjob"),
+            odd_row("repro10", "mainjob10"),
         ),
         # docs/mixture.md: twenty components against the main job's ten, seed 0
         (
@@ -904,12 +915,33 @@ CHECKS += (
         (
             "docs/mixture.md",
             "| ten components (the main job), seed 0 | {} | {} | {} | {} | {} |",
-            method_row("mainjob", confidence=True),
+            method_row("mainjob10", confidence=True),
         ),
         (
             "docs/mixture.md",
             "| twenty components, seed 1 | {} | {} | {} | {} | {} |",
             method_row("k20s1", confidence=True),
+        ),
+        (
+            "docs/mixture.md",
+            "| ten components, seed 1 | {} | {} | {} | {} | {} |",
+            method_row("k10s1", confidence=True),
+        ),
+        (
+            "docs/mixture.md",
+            "{} steps/s with ten components and {} with twenty",
+            [v("k20rate", "median/cpu", ".2f"), v("k20rate", "median/k20", ".2f")],
+        ),
+        ("docs/mixture.md", "| **{}** | {} | {} | {} |", method_row("mainjob")),
+        (
+            "docs/mixture.md",
+            "Float32 linearity reads {} for positive scalars and {} for negative ones (threshold"
+            " 1e-4; {} with ten components)",
+            [
+                v("repro", "claims/linearity/homogeneity_float32_a_pos", "e1"),
+                v("repro", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+                v("repro10", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+            ],
         ),
         # docs/flow/roundtrip.md §11: the shift noise side, two seeds
         (
@@ -938,7 +970,7 @@ CHECKS += (
             [
                 v("shift0_eval", row("method", "fid_lenet")),
                 v("shift1_eval", row("method", "fid_lenet")),
-                v("mainjob", row("method", "fid_lenet")),
+                v("mainjob10", row("method", "fid_lenet")),
             ],
         ),
         (
@@ -952,7 +984,7 @@ CHECKS += (
                 v("shift1", "claims/inversion/psnr_db_float32"),
                 v("shift0_eval", row("method", "fid_lenet")),
                 v("shift1_eval", row("method", "fid_lenet")),
-                v("mainjob", row("method", "fid_lenet")),
+                v("mainjob10", row("method", "fid_lenet")),
             ],
         ),
         (

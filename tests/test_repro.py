@@ -154,9 +154,9 @@ def test_the_estimate_names_the_cap_a_slow_machine_hits(monkeypatch):
     assert "8,000 steps take 133.3 min, over the 45-minute cap" in said
     assert "stop near step 2,700 of 8,000" in said
     monkeypatch.setattr("linearizer.training.steprate.measure_step_rate", lambda task, cfg: 8.0)
-    said = runner_module.expected_time("cpu")  # 16.7 + 2.7 (claims scaled from 6.0 steps/s)
-    assert "16.7 min, then about 2.7 min of claims" in said
-    assert said.endswith("about 19 min")
+    said = runner_module.expected_time("cpu")  # 16.7 + 4.6 (claims scaled from 8.6 steps/s)
+    assert "16.7 min, then about 4.6 min of claims" in said
+    assert said.endswith("about 21 min")
 
 
 @pytest.mark.parametrize("where", ["claim", "figures"])
