@@ -249,18 +249,18 @@ def shot(driver, path: Path, *last_ids: str) -> Path:
 
 
 def flow_shots(driver, explorer, args, out: Path) -> list[Path]:
-    conditional = bool(explorer.flow.classes)
+    mixture, guided = bool(explorer.flow.components), explorer.flow.guided
     wait(driver, lambda d: css(d, "#generate-button"))
-    if conditional:
-        condition(driver, "generate", args)
+    if mixture:
+        condition(driver, "generate", args, guided)
     generate(driver)  # the first click also collapses B
     generate(driver)  # the shot shows an interaction's cost once B is cached
     saved = [shot(driver, out / "generate.png", "generate-text")]
 
     tab(driver, "Walk")
     wait(driver, lambda d: src(d, "walked"))
-    if conditional:
-        condition(driver, "walk", args)
+    if mixture:
+        condition(driver, "walk", args, guided)
     if args.walk_seed:
         before = src(driver, "walked")
         set_value(driver, css(driver, "#walk-seed input")[0], args.walk_seed)
@@ -275,21 +275,21 @@ def flow_shots(driver, explorer, args, out: Path) -> list[Path]:
 
     tab(driver, "Invert & edit")
     draw_one(driver)
-    if conditional:
+    if mixture:
         choose(driver, "invert-class", str(args.image_class))
     by_id(driver, "invert-button").click()
     wait(driver, text_has("invert-text", "Input: the drawing"))
-    if conditional:
+    if mixture:
         wait(driver, text_has("invert-text", "Swapped back"))
     saved.append(shot(driver, out / "invert.png", "invert-text"))
     return saved
 
 
-def condition(driver, prefix: str, args) -> None:
-    """A conditional run's class and guidance, when asked for."""
+def condition(driver, prefix: str, args, guided: bool) -> None:
+    """A mixture's component (a conditional run's class) and guidance, when asked for."""
     if args.label is not None:
         choose(driver, f"{prefix}-class", str(args.label))
-    if args.guidance is not None:
+    if guided and args.guidance is not None:
         set_number(driver, f"{prefix}-guidance", args.guidance)
 
 

@@ -60,6 +60,7 @@ J = {
     "mainjob10": "docs/repro-ten-components/evaluation/results.json",
     "k10s1": "docs/mixture/k20-2026-12-06/k10-s1/evaluation.json",
     "k20rate": "docs/mixture/k20-2026-12-06/step_rate.json",
+    "k20eqt": "docs/mixture/k20-2026-12-06/equal_time/evaluation.json",
     "first_call": "docs/mixture/first_call.json",
     "odd_mix": "docs/flow/odd-noise-2026-12-05/mixture-s0/claims.json",
     "odd_mix_eval": "docs/flow/odd-noise-2026-12-05/mixture-s0/evaluation.json",
@@ -181,6 +182,71 @@ CHECKS: list[Check] = [
             v("mixcpu", eqt05("none", "fid_judge")),
             v("eqt", eqt("Euler, 4 steps", "fid_lenet")),
             v("eqt", eqt("Euler, 4 steps", "fid_judge")),
+        ],
+    ),
+    (
+        "BENCHMARKS.md",
+        "| ours, twenty components | one-step euler, T = 1000, final predict, float64, maps none "
+        "| 2 | {} / {} (**{}**) | {} / {} (**{}**) | {} / {} (**{}**) | {} / {} (**{}**) |",
+        [
+            v("k20eqt", eqt05("none", key, seed), fmt)
+            for key, fmt in (
+                ("fid_lenet", ".1f"),
+                ("fid_judge", ".1f"),
+                ("precision", ".3f"),
+                ("recall", ".3f"),
+            )
+            for seed in (0, 1, None)
+        ],
+    ),
+    (
+        "BENCHMARKS.md",
+        "Euler steps on both FIDs ({} / {} against {} / {} in the table above)",
+        [
+            v("k20eqt", eqt05("none", "fid_lenet")),
+            v("k20eqt", eqt05("none", "fid_judge")),
+            v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
+            v("eqt", eqt("Euler, 10 steps", "fid_judge")),
+        ],
+    ),
+    (
+        "BENCHMARKS.md",
+        "two seeds) it reads {} / {}, ahead of flow matching's 10 Euler steps ({} / {})",
+        [
+            v("k20eqt", eqt05("none", "fid_lenet")),
+            v("k20eqt", eqt05("none", "fid_judge")),
+            v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
+            v("eqt", eqt("Euler, 10 steps", "fid_judge")),
+        ],
+    ),
+    (
+        "README.md",
+        "the trained map alone scores {} / {} with ten components (ahead of 4 Euler steps) and "
+        "{} / {} with twenty",
+        [
+            v("mixcpu", eqt05("none", "fid_lenet")),
+            v("mixcpu", eqt05("none", "fid_judge")),
+            v("k20eqt", eqt05("none", "fid_lenet")),
+            v("k20eqt", eqt05("none", "fid_judge")),
+        ],
+    ),
+    (
+        "docs/quality.md",
+        "the trained map alone scores {} / {} with ten components and {} / {} with twenty",
+        [
+            v("mixcpu", eqt05("none", "fid_lenet")),
+            v("mixcpu", eqt05("none", "fid_judge")),
+            v("k20eqt", eqt05("none", "fid_lenet")),
+            v("k20eqt", eqt05("none", "fid_judge")),
+        ],
+    ),
+    (
+        "docs/mixture.md",
+        "score {} / {} (mean {}) on FID (LeNet) and {} / {} (mean {}) on FID (judge)",
+        [
+            v("k20eqt", eqt05("none", key, seed))
+            for key in ("fid_lenet", "fid_judge")
+            for seed in (0, 1, None)
         ],
     ),
     # README.md

@@ -169,7 +169,7 @@ def test_invert_regenerates_the_drawing(flow):
 
 def test_unconditional_views_have_no_classes(flow):
     f = flow.flow
-    assert f.classes == 0 and f.class_choices == []
+    assert f.components == 0 and not f.guided and f.class_choices == []
     assert "Class-conditional" not in flow.describe()
     with pytest.raises(LinearizerError, match="not class-conditional"):
         f.generate(0, 1, 10, "euler", "1")
@@ -247,6 +247,41 @@ def test_conditional_invert_and_swap(cond):
         f.invert(sample, "mixture")
     with pytest.raises(LinearizerError, match="class 7 is out of range"):
         f.swap(sample, "1", "7")
+
+
+@pytest.fixture(scope="module")
+def mix(tmp_path_factory):
+    """A mixture of 3 components found without labels (a smoke run, weights moved apart)."""
+    folder = tmp_path_factory.mktemp("explore-mix") / "run"
+    cfg = resolve("flow", "smoke", ["max_steps=4", "progress=false", f"components={CLASSES}"])
+    train(FlowTask(), cfg, folder)
+    run = open_run(folder)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in run.model.op.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    return Explorer(run, k=4)
+
+
+def test_a_mixture_without_labels_is_picked_by_component(mix):
+    """Its components are picked like classes, named components, and have no guidance."""
+    f = mix.flow
+    assert f.components == CLASSES and not f.guided and f.noun == "component"
+    assert f.class_choices == ["mixture", "0", "1", "2"]
+    text = mix.describe()
+    assert "Class-conditional" not in text and "3 components found without labels" in text
+    _, _, text = f.generate(0, 4, 10, "euler", "mixture")
+    drawn = f.model.draw_labels(4, torch.Generator().manual_seed(0))
+    assert f"components {', '.join(map(str, drawn.tolist()))} drawn from the learned" in text
+    with pytest.raises(LinearizerError, match="guidance needs a class-conditional run"):
+        f.walk(0, [0.0] * f.k, "1", 1.0)
+    sample = f.sample_picture(0, "1")
+    strip, text = f.swap(sample, "1", "all")
+    assert "drawn as each component" in text and "Swapped back to component 1" in text
+    with pytest.raises(LinearizerError, match="component 7 is out of range"):
+        f.swap(sample, "1", "7")
+    with pytest.raises(LinearizerError, match="pick the image's component .0..2., not the mix"):
+        f.invert(sample, "mixture")
 
 
 def test_projective_idempotence(runs):

@@ -117,17 +117,20 @@ def _source(file: Any, picture: Any, seed: Any, fallback: str = "the sample of s
 
 
 def _condition(gr: Any, f: FlowViews, tab: str) -> list[Any]:
-    """A class-conditional run's class picker and guidance slider (none for another run)."""
-    if not f.classes:
+    """A mixture's component picker (a class-conditional run's class picker) and, when its
+    components are classes, the guidance slider; none for one generator."""
+    if not f.components:
         return []
     w = float(f.spec.guidance)
     with gr.Row():
         label = gr.Dropdown(
             f.class_choices,
             value=f.default_class,
-            label="class (mixture: drawn from the training frequencies)",
+            label=f"{f.noun} (mixture: drawn from the {f.drawn_from})",
             elem_id=f"{tab}-class",
         )
+        if not f.guided:
+            return [label]
         guidance = gr.Slider(
             0,
             max(MAX_GUIDANCE, w),  # a larger --guidance still shows on the slider
@@ -140,15 +143,15 @@ def _condition(gr: Any, f: FlowViews, tab: str) -> list[Any]:
 
 
 def _image_class(gr: Any, f: FlowViews) -> list[Any]:
-    """A conditional run's pickers of the inverted image's class and the class to swap it to."""
-    if not f.classes:
+    """A mixture's pickers of the inverted image's component (class) and the one to swap it to."""
+    if not f.components:
         return []
     first = str(f.first.spec.label)
     label = gr.Dropdown(
-        f.class_choices[1:], value=first, label="the image's class", elem_id="invert-class"
+        f.class_choices[1:], value=first, label=f"the image's {f.noun}", elem_id="invert-class"
     )
     swap = gr.Dropdown(
-        [ALL, *f.class_choices[1:]], value=ALL, label="swap to class", elem_id="swap-class"
+        [ALL, *f.class_choices[1:]], value=ALL, label=f"swap to {f.noun}", elem_id="swap-class"
     )
     return [label, swap]
 
@@ -204,7 +207,7 @@ def _walk_tab(gr: Any, ex: Explorer, demo: Any) -> None:
                 text = gr.Markdown(elem_id="walk-text")
 
         def walk(seed: float, *values: Any) -> tuple:
-            label, w = values[: len(condition)] if condition else (None, None)
+            label, w = (*values[: len(condition)], None, None)[:2]
             return f.walk(int(seed or 0), values[len(condition) :], label, w)
 
         gr.on(
@@ -218,8 +221,8 @@ def _walk_tab(gr: Any, ex: Explorer, demo: Any) -> None:
 
 
 def _walk_label(f: FlowViews, i: int, sigma: Any) -> str:
-    # a conditional run's σ depend on the class picked: the caption prints them
-    return f"c{i + 1}" if f.classes else f"c{i + 1} (σ{i + 1} = {float(sigma):.3g})"
+    # a mixture's σ depend on the component picked: the caption prints them
+    return f"c{i + 1}" if f.components else f"c{i + 1} (σ{i + 1} = {float(sigma):.3g})"
 
 
 def _invert_tab(gr: Any, ex: Explorer) -> None:
@@ -238,7 +241,7 @@ def _invert_tab(gr: Any, ex: Explorer) -> None:
             [
                 _image(
                     gr,
-                    "x, then its noise drawn as each class: g_data⁻¹(B_t B_c⁻¹ g_data(x))",
+                    f"x, then its noise drawn as each {f.noun}: g_data⁻¹(B_t B_c⁻¹ g_data(x))",
                     elem_id="swap-strip",
                 )
             ]

@@ -18,6 +18,8 @@ A class-conditional run has one exact generator per class ``c`` and guidance ``w
 (``"mixture"``: classes drawn from the training frequencies) and the guidance, and the
 ``B_{c,w}`` it needs, with its SVD, is built on first use and kept. The Invert & edit tab
 inverts under the image's class and swaps it: the same noise through another class's B.
+A mixture found without labels is picked the same way, by component (drawn from its learned
+weights), and has no guidance: there is no null class to guide against.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ METHODS = ("euler", "rk4")
 MAX_COUNT = 16
 MAX_STEPS = 1000
 MAX_FRAMES = 16
-MIXTURE = "mixture"  # the class picker's choice of classes drawn from the training frequencies
-ALL = "all"  # the swap picker's choice of every class
+MIXTURE = "mixture"  # the picker's choice of components drawn from the mixture weights
+ALL = "all"  # the swap picker's choice of every component
 MAX_GUIDANCE = 4.0  # the guidance slider's range is 0..MAX_GUIDANCE
 NOT_EXACT = (
     "**(not exact: this picture lies far from the training digits, where B^-1 and the "
@@ -89,9 +91,13 @@ class FlowViews:
             # (condition number up to ~1e4) amplifies float32 rounding of g_data(x) past use
             model = copy.deepcopy(model).double()
         self.model = model
-        # a mixture's components are picked like a conditional model's classes
+        # a mixture's components are picked like a conditional model's classes; they are
+        # called classes only where they are the training labels, and only then guidable
         components = int(getattr(model, "components", 1))
-        self.classes = components if components > 1 else 0
+        self.components = components if components > 1 else 0
+        self.guided = bool(model.classes)
+        self.noun = "class" if self.guided else "component"
+        self.nouns = "classes" if self.guided else "components"
         self.spec = sample_spec(spec, dtype="float64")
         self.walk_spec = self.spec.invertible()
         self.shape = model.image_shape
@@ -102,7 +108,7 @@ class FlowViews:
         with torch.no_grad():  # the noise the spreads are measured on, shared by every B
             self._scale_z0 = self._encode_noise(self._x0(0, n_scale))
         # the B the page describes: the spec's class (class 0 when the spec is the mixture)
-        first_class = 0 if self.classes and self.spec.label is None else self.spec.label
+        first_class = 0 if self.components and self.spec.label is None else self.spec.label
         self.first = first = self.basis(first_class, self.spec.guidance)
         self.b, self.sigma = first.b, first.sigma
 
@@ -120,11 +126,11 @@ class FlowViews:
     def model_input(self, array: np.ndarray) -> Tensor:
         return to_model_image(array, self.shape).to(self.param)
 
-    # -- classes and guidance ----------------------------------------------------------------
+    # -- components (classes) and guidance ---------------------------------------------------
     @property
     def class_choices(self) -> list[str]:
-        """The class picker's choices: the mixture, then every class (none when unconditional)."""
-        return [MIXTURE, *map(str, range(self.classes))] if self.classes else []
+        """The picker's choices: the mixture, then every component (none for one generator)."""
+        return [MIXTURE, *map(str, range(self.components))] if self.components else []
 
     @property
     def default_class(self) -> str:
@@ -136,15 +142,15 @@ class FlowViews:
         from the training frequencies; refused when ``mixture`` is False) or ``0..C-1``."""
         if value is None:
             value = MIXTURE if self.spec.label is None else self.spec.label
-        if not self.classes:
+        if not self.components:
             if value == MIXTURE:
                 return None
             raise LinearizerError("this run is not class-conditional: it has no class to pick")
         if isinstance(value, str) and value.strip().lower() == MIXTURE:
             if not mixture:
                 raise LinearizerError(
-                    f"this needs one class's B: pick the image's class "
-                    f"(0..{self.classes - 1}), not the mixture"
+                    f"this needs one {self.noun}'s B: pick the image's {self.noun} "
+                    f"(0..{self.components - 1}), not the mixture"
                 )
             return None
         return self._class_index(value)
@@ -156,11 +162,12 @@ class FlowViews:
             c = None
         if c is None:
             raise LinearizerError(
-                f"class must be '{MIXTURE}' or 0..{self.classes - 1}, got {value!r}"
+                f"{self.noun} must be '{MIXTURE}' or 0..{self.components - 1}, got {value!r}"
             )
-        if not 0 <= c < self.classes:
+        if not 0 <= c < self.components:
             raise LinearizerError(
-                f"class {c} is out of range: the model has classes 0..{self.classes - 1}"
+                f"{self.noun} {c} is out of range: the model has {self.nouns} "
+                f"0..{self.components - 1}"
             )
         return c
 
@@ -174,9 +181,14 @@ class FlowViews:
             raise LinearizerError(f"guidance must be a number, got {value!r}") from None
         if not math.isfinite(w):
             raise LinearizerError(f"guidance must be a finite number, got {value!r}")
-        if w and not self.classes:
+        if w and not self.guided:
             raise LinearizerError("guidance needs a class-conditional run")
         return w
+
+    @property
+    def drawn_from(self) -> str:
+        """What a mixture draws its components from."""
+        return "training frequencies" if self.guided else "learned mixture weights"
 
     def _drawn(self, seed: int, count: int) -> Tensor:
         """``count`` classes drawn from the training frequencies, the same for the same seed."""
@@ -227,7 +239,7 @@ class FlowViews:
         c, w = self.parse_class(label), self.parse_guidance(guidance)
         spec = self.spec.replace(steps=steps, method=method, label=c, guidance=w)
         x0 = self._x0(seed, count)
-        labels = self._drawn(seed, count) if self.classes and c is None else None
+        labels = self._drawn(seed, count) if self.components and c is None else None
         per_class = (
             [spec]
             if labels is None
@@ -249,9 +261,8 @@ class FlowViews:
             ""
             if labels is None
             else (
-                f" A mixture: classes {', '.join(map(str, labels.tolist()))} drawn from the "
-                f"training "
-                f"frequencies, each sample through its class's exact generator."
+                f" A mixture: {self.nouns} {', '.join(map(str, labels.tolist()))} drawn from "
+                f"the {self.drawn_from}, each sample through its {self.noun}'s exact generator."
             )
         )
         text = (
@@ -293,8 +304,8 @@ class FlowViews:
             f"relative difference from B (g_noise(x0) + Σ c_i s_i v_i): {rel:.1e}. "
             f"σ_1..{self.k} = {', '.join(f'{float(s):.3g}' for s in basis.sigma[: self.k])}."
         )
-        if self.classes:
-            drawn_note = f" (class drawn from the training frequencies for seed {seed})"
+        if self.components:
+            drawn_note = f" ({self.noun} drawn from the {self.drawn_from} for seed {seed})"
             text += f" B: **{basis.spec.describe()}**{drawn_note if drawn else ''}."
         return picture(images[:1]), picture(images[1:]), text
 
@@ -303,7 +314,7 @@ class FlowViews:
     ) -> tuple[Basis, bool]:
         """The B a walk uses, and whether its class was drawn (the mixture)."""
         c, w = self.parse_class(label), self.parse_guidance(guidance)
-        drawn = bool(self.classes) and c is None
+        drawn = bool(self.components) and c is None
         if drawn:
             c = int(self._drawn(seed, 1)[0])
         return self.basis(c, w), drawn
@@ -355,7 +366,9 @@ class FlowViews:
         basis = self._inversion_basis(label)
         source = basis.spec.label
         targets = (
-            list(range(self.classes)) if str(to).strip().lower() == ALL else [self._class_index(to)]
+            list(range(self.components))
+            if str(to).strip().lower() == ALL
+            else [self._class_index(to)]
         )
         x1 = self.model_input(array)
         swapped = [self.model.swap(x1, basis.spec, t) for t in targets]
@@ -370,8 +383,8 @@ class FlowViews:
         note = round_trip_note(x, back)
         text = (
             f"Swap: z0 = B_{source}^-1 g_data(x), then g_data^-1(B_t z0) for t = "
-            f"{', '.join(map(str, targets))}: the same noise drawn as each class (B = "
-            f"{basis.spec.describe()}). Swapped back to class {source}: PSNR "
+            f"{', '.join(map(str, targets))}: the same noise drawn as each {self.noun} (B = "
+            f"{basis.spec.describe()}). Swapped back to {self.noun} {source}: PSNR "
             f"{_db(worst)} dB " + ("(exact up to rounding)." if note is None else f"{NOT_EXACT}.")
         )
         return picture(torch.cat([x1, *swapped]), nrow=1 + len(targets)), text

@@ -72,18 +72,24 @@ class Explorer:
             f = self.flow
             cond = float(f.sigma[0] / f.sigma[-1])
             label, w = f.first.spec.condition
-            which = f" of class {label}" + (f", guidance {w:g}" if w else "")
+            which = f" of {f.noun} {label}" + (f", guidance {w:g}" if w else "")
             text += (
                 f" One-step generator f = g_data⁻¹ B g_noise with B = {f.method} T={f.steps}"
-                f"{which if f.classes else ''} "
+                f"{which if f.components else ''} "
                 f"({f.b.shape[0]}×{f.b.shape[1]}, condition number {cond:.3g}), images "
                 f"{'×'.join(map(str, f.shape))}."
             )
-            if f.classes:
+            if f.guided:
                 text += (
-                    f" Class-conditional: {f.classes} classes, one exact generator per class c "
-                    f"and guidance w (B collapses (1 + w) A(t, c) − w A(t, ∅)); the mixture "
+                    f" Class-conditional: {f.components} classes, one exact generator per class "
+                    f"c and guidance w (B collapses (1 + w) A(t, c) − w A(t, ∅)); the mixture "
                     f"draws classes by the training frequencies."
+                )
+            elif f.components:
+                text += (
+                    f" A mixture of {f.components} components found without labels, one exact "
+                    f"generator B_k per component; the mixture draws components by their "
+                    f"learned weights."
                 )
         return text
 
