@@ -184,3 +184,26 @@ def test_preset_rate_smoke(tmp_path):
     assert report["ratio_to_first"]["plain"] == 1.0 and report["ratio_to_first"]["odd"] > 0
     bad = subprocess.run([*cmd[:2], "--case", "noname"], capture_output=True, text=True)
     assert bad.returncode != 0 and "NAME=OVERRIDES" in bad.stderr
+
+
+def test_noise_mean_measures_the_mean_against_the_noise_latents(tmp_path):
+    """benchmarks/noise_mean.py on a smoke run with an odd noise side and a mean; a run
+    without a mean is refused in one line."""
+    from linearizer.cli.main import main
+
+    run, plain = tmp_path / "odd-mean", tmp_path / "plain"
+    quiet = ["--set", "progress=false"]
+    odd = ["network.flag_actnorm=true", "network.odd_noise=true", "network.noise_mean=true"]
+    sets = [x for key in odd for x in ("--set", key)]
+    assert main(["train", "flow", "--preset", "smoke", "--out", str(run), *quiet, *sets]) == 0
+    assert main(["train", "flow", "--preset", "smoke", "--out", str(plain), *quiet]) == 0
+    out = tmp_path / "noise_mean.json"
+    cmd = [sys.executable, str(BENCH / "noise_mean.py"), str(run), "--n", "8", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["n"] == 8 and row["h_norm_median"] > 0
+    assert abs(row["largest_offset_over_h"] - 3 * row["mu_over_h"]) <= 1e-12
+    bad = subprocess.run([*cmd[:2], str(plain)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "has no noise mean" in bad.stderr
+    assert "Traceback" not in bad.stderr

@@ -122,6 +122,18 @@ def test_bad_overrides_are_clear(item, pattern):
         apply_overrides(Demo(), [item])
 
 
+def test_settings_that_need_each_other_may_come_in_any_order():
+    """A nested section validates once every override is in, not after each one."""
+    from linearizer.flow.config import FlowConfig
+
+    keys = ["network.odd_noise=true", "network.flag_actnorm=true"]
+    for order in (keys, keys[::-1]):
+        cfg = apply_overrides(FlowConfig(), order)
+        assert cfg.network.odd_noise and cfg.network.flag_actnorm
+    with pytest.raises(LinearizerError, match="network.odd_noise"):
+        apply_overrides(FlowConfig(), keys[:1])
+
+
 def test_overrides_do_not_touch_the_original():
     base = Demo()
     apply_overrides(base, ["model.channels=64", "tags=z"])

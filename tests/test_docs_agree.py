@@ -6,7 +6,8 @@ formats the JSON values into the phrase and requires the result in the document 
 line breaks and ``**`` emphasis normalised). A number that drifts from its JSON, or a phrase
 reworded without this table, fails with the phrase it expected.
 
-Key paths: ``a/b/0`` walks dicts and lists (``~`` stands for a ``/`` inside a key); ``k=v``
+Key paths: ``a/b/0`` walks dicts and lists (``~`` stands for a ``/`` inside a key or a
+filter's value); ``k=v``
 keeps the list items whose ``k`` is ``v`` and ``k^=v`` those whose ``k`` starts with ``v``;
 a key after a filter that kept several items maps over them; ``#mean`` averages a list;
 ``#passed`` / ``#count`` count the claims of a repro ``results.json`` that hold / exist;
@@ -71,6 +72,13 @@ J = {
     "shift0_eval": "docs/flow/shift-noise-2026-12-06/mixture-s0/evaluation.json",
     "shift1": "docs/flow/shift-noise-2026-12-06/mixture-s1/claims.json",
     "shift1_eval": "docs/flow/shift-noise-2026-12-06/mixture-s1/evaluation.json",
+    "oddmean0": "docs/flow/odd-mean-noise-2026-12-06/mixture-s0/claims.json",
+    "oddmean0_eval": "docs/flow/odd-mean-noise-2026-12-06/mixture-s0/evaluation.json",
+    "oddmean1": "docs/flow/odd-mean-noise-2026-12-06/mixture-s1/claims.json",
+    "oddmean1_eval": "docs/flow/odd-mean-noise-2026-12-06/mixture-s1/evaluation.json",
+    "net1": "docs/flow/odd-mean-noise-2026-12-06/network-s1/claims.json",
+    "net1_eval": "docs/flow/odd-mean-noise-2026-12-06/network-s1/evaluation.json",
+    "noise_mean": "docs/flow/odd-mean-noise-2026-12-06/noise_mean.json",
     "k20s0": "docs/mixture/k20-2026-12-06/s0/evaluation.json",
     "k20s1": "docs/mixture/k20-2026-12-06/s1/evaluation.json",
     "mnist": "src/linearizer/assets/flow_mnist.json",
@@ -322,7 +330,7 @@ CHECKS: list[Check] = [
     ),
     (
         "README.md",
-        "Its trained map alone scores FID (LeNet) {} and FID (judge) {} (10,000 samples",
+        "The main job's trained map alone scores FID (LeNet) {} and FID (judge) {} (10,000 samples",
         fid("mainjob", "method"),
     ),
     (
@@ -1020,6 +1028,74 @@ CHECKS += (
             "| noise side a shift, seed 1 | {} / {} / {} | {} dB | {} of {} | {} / {} |",
             odd_row("shift1", "shift1_eval"),
         ),
+        # docs/flow/roundtrip.md §12: the odd noise side with a mean, two seeds per side
+        (
+            "README.md",
+            "float32 linearity for negative scalars {} and {}, at the same FID (LeNet)",
+            [
+                v("oddmean0", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+                v("oddmean1", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+            ],
+        ),
+        (
+            "CHANGELOG.md",
+            "linearity for negative scalars {} and {}, against {} and {} with the blocks; float32 "
+            "inversion {} and {} dB) at FID (LeNet) {} and {} against {} and {} for",
+            [
+                v("oddmean0", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+                v("oddmean1", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+                v("repro", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+                v("net1", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+                v("oddmean0", "claims/inversion/psnr_db_float32"),
+                v("oddmean1", "claims/inversion/psnr_db_float32"),
+                v("oddmean0_eval", row("method", "fid_lenet")),
+                v("oddmean1_eval", row("method", "fid_lenet")),
+                v("mainjob", row("method", "fid_lenet")),
+                v("net1_eval", row("method", "fid_lenet")),
+            ],
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| noise side: the blocks (the main job), seed 0 | {} / {} / {} | {} dB | {} of {} "
+            "| {} / {} |",
+            odd_row("repro", "mainjob"),
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| noise side: the blocks, seed 1 | {} / {} / {} | {} dB | {} of {} | {} / {} |",
+            odd_row("net1", "net1_eval"),
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| odd noise side with a mean, seed 0 | {} / {} / {} | {} dB | {} of {} | {} / {} |",
+            odd_row("oddmean0", "oddmean0_eval"),
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| odd noise side with a mean, seed 1 | {} / {} / {} | {} dB | {} of {} | {} / {} |",
+            odd_row("oddmean1", "oddmean1_eval"),
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "`|mu|` is {} % and {} % of the median `|h(x0)|` on the two seeds, so the largest "
+            "offset a scalar in [−2, 2] adds, `3 |mu|`, is {} % and {} % of it",
+            [
+                v("noise_mean", "rows/run=runs~oddmean-s0/mu_over_h", "%"),
+                v("noise_mean", "rows/run=runs~oddmean-s1/mu_over_h", "%"),
+                v("noise_mean", "rows/run=runs~oddmean-s0/largest_offset_over_h", "%0"),
+                v("noise_mean", "rows/run=runs~oddmean-s1/largest_offset_over_h", "%0"),
+            ],
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "FID (LeNet) {} and {} (mean 51.4) against {} and {} (mean 52.0) for the blocks",
+            [
+                v("oddmean0_eval", row("method", "fid_lenet")),
+                v("oddmean1_eval", row("method", "fid_lenet")),
+                v("mainjob", row("method", "fid_lenet")),
+                v("net1_eval", row("method", "fid_lenet")),
+            ],
+        ),
         (
             "docs/mixture.md",
             "(float32 linearity {} and {} at worst on two seeds, float32 inversion {} and {} dB,",
@@ -1083,7 +1159,7 @@ def _step(node: Any, seg: str) -> Any:
         return [item for item in node if str(item.get(key)).startswith(prefix)]
     if "=" in seg and isinstance(node, list):
         key, want = seg.split("=", 1)
-        return [item for item in node if str(item.get(key)) == want]
+        return [item for item in node if str(item.get(key)) == want.replace("~", "/")]
     if isinstance(node, list) and not many:
         return node[int(seg)]
     if many:
@@ -1116,8 +1192,8 @@ def resolve(rel: str, path: str) -> Any:
 def fmt(value: Any, spec: str) -> str:
     """Format a JSON value as the documents write it.
 
-    >>> fmt(7.119e-05, "e1"), fmt(0.982, "%"), fmt(0.1268, "%1"), fmt(1488.6, ",.0f")
-    ('7.1e-5', '98.2', '12.7', '1,489')
+    >>> fmt(7.119e-05, "e1"), fmt(0.982, "%"), fmt(0.1268, "%0"), fmt(1488.6, ",.0f")
+    ('7.1e-5', '98.2', '13', '1,489')
     """
     if spec == "e1":
         mantissa, exponent = f"{value:.1e}".split("e")
@@ -1126,6 +1202,8 @@ def fmt(value: Any, spec: str) -> str:
         return f"{100 * value:.1f}"
     if spec == "%1":
         return f"{100 * value:.1f}"
+    if spec == "%0":
+        return f"{100 * value:.0f}"
     if spec == "H200":
         return str(value).replace("NVIDIA ", "")
     if spec == "s":

@@ -168,6 +168,13 @@ CONTRACT: dict[str, tuple[Callable[[], nn.Module], Sample, Sample | None]] = {
         image_batch,
         flags,
     ),
+    "cpu-network-odd-noise-mean": (  # its mean fixes the image size
+        lambda: cpu_network(
+            1, num_blocks=2, hidden=8, flag_norm=True, img_size=4, odd_flag=0.0, mean_flag=0.0
+        ),
+        image_batch,
+        flags,
+    ),
     "flag-actnorm": (lambda: FlagActNorm(3), lambda n: images(3, 2, n), flags),
     # the logit's data rows take pixels in [0, 1]
     "flag-logit": (lambda: FlagLogit(0.05), lambda n: torch.rand(n, 2, 3, 3), flags),
@@ -262,6 +269,10 @@ class TestCpuNetworkOddNoise(InvertibleContract):
 
 class TestCpuNetworkShiftNoise(InvertibleContract):
     case = "cpu-network-shift-noise"
+
+
+class TestCpuNetworkOddNoiseMean(InvertibleContract):
+    case = "cpu-network-odd-noise-mean"
 
 
 class TestNetwork3chHard(InvertibleContract):
@@ -389,6 +400,42 @@ def test_a_shift_noise_side_needs_img_size_and_leaves_other_networks_alone():
     with pytest.raises(LinearizerError, match="network.noise_side"):
         build_network(NetworkConfig(noise_side="shift", img_size=4), 1, conditioned=False)
     assert "shift" not in cpu_network(1, 1, hidden=8, img_size=4).state_dict()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_an_odd_noise_side_with_a_mean_is_odd_about_it(dtype):
+    g = cpu_network(
+        1, 1, hidden=8, flag_norm=True, dense_blocks=1, img_size=4, odd_flag=0.0, mean_flag=0.0
+    )
+    g = randomize(g).eval().to(dtype)  # randomize moves the mean off zero too
+    mu = g.latent_mean.detach()
+    assert float(mu.abs().min()) > 0
+    x, mixed = torch.randn(6, 1, 4, 4, dtype=dtype), flags(6)
+    with torch.no_grad():
+        noise = cond_for(6, 0.0, dtype)
+        z = g(x, noise)
+        # g(x) - mu is odd in x, to the bit but for the one rounding of the added mean
+        h, h_neg = z - mu.to(z.dtype), g(-x, noise) - mu.to(z.dtype)
+        torch.testing.assert_close(h_neg, -h, rtol=0, atol=4 * torch.finfo(z.dtype).eps)
+        blocks = g._by_side(x, mixed, g._forward, 1.0)  # the same batch without the mean
+        assert torch.equal(g(x, mixed)[mixed == 1], blocks[mixed == 1])  # data side: no mean
+        back = g.inverse(z, noise)
+        torch.testing.assert_close(back, x, rtol=0, atol=1e3 * torch.finfo(dtype).eps)
+    g.train()
+    g(x, mixed).sum().backward()
+    assert torch.equal(g.latent_mean.grad, torch.full_like(mu, float((mixed == 0).sum())))
+
+
+def test_a_noise_mean_needs_img_size_no_shift_and_a_flagged_cpu_network():
+    with pytest.raises(LinearizerError, match="mean_flag"):
+        cpu_network(1, num_blocks=1, hidden=8, mean_flag=0.0)
+    with pytest.raises(LinearizerError, match="mean_flag"):
+        cpu_network(1, 1, hidden=8, img_size=4, shift_flag=0.0, mean_flag=0.0)
+    with pytest.raises(LinearizerError, match="network.noise_mean"):
+        NetworkConfig(noise_mean=True, noise_side="shift").validate()
+    with pytest.raises(LinearizerError, match="network.noise_mean"):
+        build_network(NetworkConfig(noise_mean=True, img_size=4), 1, conditioned=False)
+    assert "latent_mean" not in cpu_network(1, 1, hidden=8, img_size=4).state_dict()
 
 
 def test_every_contract_entry_has_its_class():

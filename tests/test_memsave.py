@@ -23,6 +23,9 @@ def _flow(network: str, dropout: float) -> torch.nn.Module:
         network, extra = "cpu", dict(hidden=8, dense_blocks=1, dense_hidden=16)
     if network == "cpu-shift-noise":  # noise rows skip the blocks, data rows save memory
         network, extra = "cpu", dict(hidden=8, logit=0.05, noise_side="shift")
+    if network == "cpu-odd-noise-mean":  # the mean is added outside the saved chain
+        network = "cpu"
+        extra = dict(hidden=8, flag_actnorm=True, odd_noise=True, noise_mean=True)
     net = NetworkConfig(kind=network, img_size=8, dropout=dropout, **extra)
     cfg = FlowConfig(network=net, **TINY)
     torch.manual_seed(0)
@@ -55,6 +58,7 @@ def _grads(model, memory_saving: bool) -> tuple[torch.Tensor, list[torch.Tensor]
         ("cpu-logit", 0.0),
         ("cpu-dense", 0.0),
         ("cpu-shift-noise", 0.0),
+        ("cpu-odd-noise-mean", 0.0),
         ("paper", 0.1),
     ],
 )

@@ -323,8 +323,19 @@ def apply_overrides(cfg: C, overrides: list[str] | tuple[str, ...] | None) -> C:
             raise LinearizerError(f"override {item!r} is not of the form key=value")
         key, raw = item.split("=", 1)
         _set_path(out, key.strip(), raw)
+    # after every override, so that settings that need each other may come in any order
+    _validate_sections(out)
     out.validate()
     return out
+
+
+def _validate_sections(cfg: Config) -> None:
+    """Validate every nested section of ``cfg``, innermost first (not ``cfg`` itself)."""
+    for f in dataclasses.fields(cfg):
+        child = getattr(cfg, f.name)
+        if isinstance(child, Config):
+            _validate_sections(child)
+            child.validate()
 
 
 def _set_path(cfg: Config, key: str, raw: str) -> None:
@@ -347,9 +358,6 @@ def _set_path(cfg: Config, key: str, raw: str) -> None:
             if _is_section(tp):
                 raise LinearizerError(f"config key '{key}' is a section; set '{key}.<name>=...'")
             object.__setattr__(target, part, coerce(raw, tp, key))
-    # Nested sections validate themselves here; the root is validated by the caller.
-    if target is not cfg:
-        target.validate()
 
 
 def describe(cfg_or_cls: Config | type[Config]) -> list[tuple[str, str, Any, str]]:

@@ -72,6 +72,12 @@ class NetworkConfig(Config):
         "cpu network: g_noise as the flagged blocks (the authors), or the learned shift "
         "x + mu (condition number 1 everywhere, and noise rows skip the blocks)",
     )
+    noise_mean: bool = option(
+        False,
+        "cpu network: g_noise(x) = h(x) + mu, the blocks h and a learned image-shaped mean mu "
+        "(zero at first); with odd_noise, g_noise is odd about mu, and a mixture's components "
+        "keep the means B_k mu",
+    )
     memory_saving: bool = option(
         False, "recompute g's activations from its exact inverse in backprop (less memory)"
     )
@@ -128,6 +134,11 @@ class NetworkConfig(Config):
                 "config key 'network.noise_side=shift' needs the cpu network and no "
                 "network.odd_noise"
             )
+        if self.noise_mean and (self.kind != "cpu" or self.noise_side != "network"):
+            raise LinearizerError(
+                "config key 'network.noise_mean' needs the cpu network and "
+                "network.noise_side=network"
+            )
         if self.odd_noise and (self.kind != "cpu" or not self.flag_actnorm or self.dropout):
             raise LinearizerError(
                 "config key 'network.odd_noise' needs the cpu network with "
@@ -165,6 +176,11 @@ def build_network(
             "config key 'network.noise_side=shift' needs a flagged network (the flow's g_noise); "
             "this model's network takes no flag"
         )
+    if cfg.noise_mean and not conditioned:
+        raise LinearizerError(
+            "config key 'network.noise_mean' needs a flagged network (the flow's g_noise); this "
+            "model's network takes no flag"
+        )
     if cfg.logit and not conditioned:
         raise LinearizerError(
             "config key 'network.logit' needs a flagged network (the flow's g_data); this model's "
@@ -187,5 +203,6 @@ def build_network(
         logit_tails=cfg.logit_tails,
         odd_flag=0.0 if cfg.odd_noise and conditioned else None,  # 0: the flow's noise flag
         shift_flag=0.0 if cfg.noise_side == "shift" and conditioned else None,
+        mean_flag=0.0 if cfg.noise_mean and conditioned else None,
         **({} if conditioned else {"cond_dim": 0}),
     )

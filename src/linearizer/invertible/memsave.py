@@ -88,6 +88,14 @@ def _needs_plain_path(chain: Sequence[nn.Module], x: Tensor, flag) -> bool:
 
 
 def _run(net: nn.Module, x: Tensor, flag, inverse: bool) -> Tensor:
+    if isinstance(net, InvertibleNetwork) and net.mean_flag is not None:
+        # the mean is added after the blocks (subtracted before them): plain autograd, one add
+        if _needs_plain_path(pieces(net), x, flag):
+            return _step(net, x, flag, inverse)  # the network adds its own mean
+        prepared = net._prepare(x, flag)
+        if inverse:
+            return _run_blocks(net, net.offset(x, prepared, -1.0), prepared, inverse)
+        return net.offset(_run_blocks(net, x, prepared, inverse), prepared, 1.0)
     if isinstance(net, InvertibleNetwork) and net.shift_flag is not None:
         # rows at the shift side skip the blocks; the others run through them memory-saving
         def blocks(x: Tensor, flag) -> Tensor:  # noqa: ANN001

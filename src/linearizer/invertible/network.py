@@ -242,11 +242,32 @@ class InvertibleNetwork(InvertibleModule):
         out[rows], out[~rows] = shifted.to(rest.dtype), rest
         return out
 
+    mean_flag: float | None = None  # the flag whose side adds a learned mean (see mean_side)
+
+    def mean_side(self, flag: float, image_shape: tuple[int, int, int]) -> None:
+        """Add a learned mean to the latents of the side at ``flag``: ``g(x) = h(x) + mu`` with
+        ``h`` the blocks and ``mu`` image-shaped, zero at first. With an odd ``h`` the side is odd
+        about ``mu``: ``a g(x)`` reaches ``h`` at ``a h(x) + (a - 1) mu``, mirrored into where
+        training was for either sign of ``a`` while ``mu`` stays small against ``h``'s spread,
+        and a mixture's components keep the means ``B_k mu`` (docs/flow/roundtrip.md §12)."""
+        self.mean_flag = float(flag)
+        self.latent_mean = nn.Parameter(torch.zeros(image_shape, dtype=self._dtype()))
+
+    def offset(self, z: Tensor, flag: Tensor | None, sign: float) -> Tensor:
+        """``z + sign * mu`` on the rows at ``mean_flag`` (one rounding, in ``z``'s dtype);
+        ``z`` itself when the network has no mean or no flag is given."""
+        if self.mean_flag is None or flag is None:
+            return z
+        rows = (flag == self.mean_flag).to(z.dtype).reshape(-1, *([1] * (z.dim() - 1)))
+        return z + rows * (sign * self.latent_mean.to(z.dtype))
+
     def forward(self, x: Tensor, flag: float | Tensor | None = None) -> Tensor:
-        return self._by_side(x, self._prepare(x, flag), self._forward, 1.0)
+        flag = self._prepare(x, flag)
+        return self.offset(self._by_side(x, flag, self._forward, 1.0), flag, 1.0)
 
     def inverse(self, z: Tensor, flag: float | Tensor | None = None) -> Tensor:
-        return self._by_side(z, self._prepare(z, flag), self._inverse, -1.0)
+        flag = self._prepare(z, flag)
+        return self._by_side(self.offset(z, flag, -1.0), flag, self._inverse, -1.0)
 
     def _forward(self, x: Tensor, flag: Tensor | None) -> Tensor:
         if self.logit is not None:
@@ -300,6 +321,7 @@ def cpu_network(
     logit_tails: str = "sigmoid",
     odd_flag: float | None = None,
     shift_flag: float | None = None,
+    mean_flag: float | None = None,
 ) -> InvertibleNetwork:
     """The network of the CPU presets: :class:`SmallCNN` conditioners, zero-initialised.
 
@@ -320,7 +342,8 @@ def cpu_network(
     that flag, ``g(-x) = -g(x)``: every coupling and every ActNorm is odd there, and the logit
     acts on flag 1 only, so 0 is the flag it can take beside a logit. ``shift_flag`` (0 or 1;
     needs ``img_size``) makes that flag's side the learned shift ``x + mu`` instead of the
-    blocks (:meth:`InvertibleNetwork.shift_side`).
+    blocks (:meth:`InvertibleNetwork.shift_side`); ``mean_flag`` (0 or 1; needs ``img_size``)
+    adds a learned mean to that side's latents (:meth:`InvertibleNetwork.mean_side`).
     """
     make = functools.partial(SmallCNN, hidden=hidden, cond_dim=cond_dim, dropout=dropout)
     tail: list[InvertibleModule] = []
@@ -365,6 +388,12 @@ def cpu_network(
         if shift_flag == 1.0 and logit:
             raise LinearizerError("shift_flag=1 conflicts with the logit on flag-1 rows")
         net.shift_side(shift_flag, (in_channels, img_size, img_size))
+    if mean_flag is not None:
+        if img_size is None or shift_flag is not None or mean_flag not in (0.0, 1.0):
+            raise LinearizerError(
+                f"mean_flag must be 0 or 1 and needs img_size and no shift_flag, got {mean_flag}"
+            )
+        net.mean_side(mean_flag, (in_channels, img_size, img_size))
     for module in net.modules():
         if isinstance(module, AffineCoupling):
             module.shift_bound = float(shift_bound)
