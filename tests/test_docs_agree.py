@@ -1030,6 +1030,17 @@ CHECKS += (
             "| noise side a shift, seed 1 | {} / {} / {} | {} dB | {} of {} | {} / {} |",
             odd_row("shift1", "shift1_eval"),
         ),
+        (
+            "CHANGELOG.md",
+            "twenty-component preset's trained map alone scores {} / {}, ahead of flow matching's "
+            "10 Euler steps ({} / {})",
+            [
+                v("k20eqt", eqt05("none", "fid_lenet")),
+                v("k20eqt", eqt05("none", "fid_judge")),
+                v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
+                v("eqt", eqt("Euler, 10 steps", "fid_judge")),
+            ],
+        ),
         # docs/flow/roundtrip.md §12: the odd noise side with a mean, two seeds per side
         (
             "docs/flow/roundtrip.md",
