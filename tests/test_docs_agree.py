@@ -81,6 +81,8 @@ J = {
     "noise_mean": "docs/flow/odd-mean-noise-2026-12-06/noise_mean.json",
     "oddmean_eqt": "docs/flow/odd-mean-noise-2026-12-06/equal-time-s0/claims.json",
     "oddmean_eqt_eval": "docs/flow/odd-mean-noise-2026-12-06/equal-time-s0/evaluation.json",
+    "oddmean_eqt1": "docs/flow/odd-mean-noise-2026-12-06/equal-time-s1/claims.json",
+    "oddmean_eqt1_eval": "docs/flow/odd-mean-noise-2026-12-06/equal-time-s1/evaluation.json",
     "k20s0": "docs/mixture/k20-2026-12-06/s0/evaluation.json",
     "k20s1": "docs/mixture/k20-2026-12-06/s1/evaluation.json",
     "mnist": "src/linearizer/assets/flow_mnist.json",
@@ -1043,26 +1045,33 @@ CHECKS += (
         ),
         # docs/flow/roundtrip.md §12: the odd noise side with a mean, two seeds per side
         (
-            "docs/flow/roundtrip.md",
-            "trained 5,600 steps and scores FID (LeNet) {} and FID (judge) {}, against {} and {} "
-            "for the blocks' 8,000 steps (the main job); its precision is lower ({} against {})",
+            "README.md",
+            "two seeds held all {} with float32 linearity under 1e-5 for both signs and FID "
+            "(LeNet) {} and {}",
             [
-                *fid("oddmean_eqt_eval", "method"),
-                *fid("mainjob", "method"),
-                v("oddmean_eqt_eval", row("method", "precision"), ".3f"),
-                v("mainjob", row("method", "precision"), ".3f"),
+                v("oddmean_eqt1", "claims/#all", "d"),
+                v("oddmean_eqt_eval", row("method", "fid_lenet")),
+                v("oddmean_eqt1_eval", row("method", "fid_lenet")),
             ],
         ),
         (
             "docs/flow/roundtrip.md",
-            "all {} claims hold, float32 linearity {} / {} / {} (additivity / a > 0 / a < 0), "
-            "under 1e-5 for both signs, and float32 inversion through B {} dB",
+            "| odd noise side with a mean, 5,600 steps, seed 0 | {} / {} / {} | {} dB "
+            "| {} of {} | {} / {} | {} / {} |",
             [
-                v("oddmean_eqt", "claims/#all", "d"),
-                v("oddmean_eqt", "claims/linearity/additivity_float32", "e1"),
-                v("oddmean_eqt", "claims/linearity/homogeneity_float32_a_pos", "e1"),
-                v("oddmean_eqt", "claims/linearity/homogeneity_float32_a_neg", "e1"),
-                v("oddmean_eqt", "claims/inversion/psnr_db_float32"),
+                *odd_row("oddmean_eqt", "oddmean_eqt_eval"),
+                v("oddmean_eqt_eval", row("method", "precision"), ".3f"),
+                v("oddmean_eqt_eval", row("method", "recall"), ".3f"),
+            ],
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| odd noise side with a mean, 5,600 steps, seed 1 | {} / {} / {} | {} dB "
+            "| {} of {} | {} / {} | {} / {} |",
+            [
+                *odd_row("oddmean_eqt1", "oddmean_eqt1_eval"),
+                v("oddmean_eqt1_eval", row("method", "precision"), ".3f"),
+                v("oddmean_eqt1_eval", row("method", "recall"), ".3f"),
             ],
         ),
         (
