@@ -136,6 +136,17 @@ def method_row(name: str, confidence: bool = False) -> list[tuple[str, str, str]
     return [v(name, row("method", k), f) for k, f in keys]
 
 
+def k20_against_fm10() -> list[tuple[str, str, str]]:
+    """The twenty-component preset's §3 means, then flow matching's at 10 Euler steps (FID
+    (LeNet), FID (judge) each)."""
+    return [
+        v("k20eqt", eqt05("none", "fid_lenet")),
+        v("k20eqt", eqt05("none", "fid_judge")),
+        v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
+        v("eqt", eqt("Euler, 10 steps", "fid_judge")),
+    ]
+
+
 def mainjob_row() -> list[tuple[str, str, str]]:
     """The main job's trained-map row: FID (LeNet), FID (judge), precision, recall."""
     return method_row("mainjob10")
@@ -214,22 +225,12 @@ CHECKS: list[Check] = [
     (
         "BENCHMARKS.md",
         "Euler steps on both FIDs ({} / {} against {} / {} in the table above)",
-        [
-            v("k20eqt", eqt05("none", "fid_lenet")),
-            v("k20eqt", eqt05("none", "fid_judge")),
-            v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
-            v("eqt", eqt("Euler, 10 steps", "fid_judge")),
-        ],
+        k20_against_fm10(),
     ),
     (
         "BENCHMARKS.md",
         "two seeds) it reads {} / {}, ahead of flow matching's 10 Euler steps ({} / {})",
-        [
-            v("k20eqt", eqt05("none", "fid_lenet")),
-            v("k20eqt", eqt05("none", "fid_judge")),
-            v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
-            v("eqt", eqt("Euler, 10 steps", "fid_judge")),
-        ],
+        k20_against_fm10(),
     ),
     (
         "README.md",
@@ -1036,12 +1037,7 @@ CHECKS += (
             "CHANGELOG.md",
             "twenty-component preset's trained map alone scores {} / {}, ahead of flow matching's "
             "10 Euler steps ({} / {})",
-            [
-                v("k20eqt", eqt05("none", "fid_lenet")),
-                v("k20eqt", eqt05("none", "fid_judge")),
-                v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
-                v("eqt", eqt("Euler, 10 steps", "fid_judge")),
-            ],
+            k20_against_fm10(),
         ),
         # docs/flow/roundtrip.md §12: the odd noise side with a mean, two seeds per side
         (

@@ -73,21 +73,25 @@ def flow(runs):
 CLASSES = 3
 
 
-@pytest.fixture(scope="module")
-def cond(tmp_path_factory):
-    """A class-conditional smoke run (3 classes), its operator's weights moved so that the
-    classes differ (four smoke steps leave the class embeddings near their zero init)."""
-    folder = tmp_path_factory.mktemp("explore-cond") / "run"
-    cfg = resolve(
-        "flow", "smoke", ["max_steps=4", "progress=false", "conditional=true", f"classes={CLASSES}"]
+def _mixture_explorer(folder: Path, overrides: list[str]) -> Explorer:
+    """A smoke mixture run's explorer, its operator's weights moved so that the components
+    differ (four smoke steps leave their embeddings near their zero init)."""
+    train(
+        FlowTask(), resolve("flow", "smoke", ["max_steps=4", "progress=false", *overrides]), folder
     )
-    train(FlowTask(), cfg, folder)
     run = open_run(folder)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in run.model.op.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=gen))
     return Explorer(run, k=4)
+
+
+@pytest.fixture(scope="module")
+def cond(tmp_path_factory):
+    """A class-conditional smoke run (3 classes)."""
+    folder = tmp_path_factory.mktemp("explore-cond") / "run"
+    return _mixture_explorer(folder, ["conditional=true", f"classes={CLASSES}"])
 
 
 def _digit(bright_page: bool = True) -> np.ndarray:
@@ -251,16 +255,9 @@ def test_conditional_invert_and_swap(cond):
 
 @pytest.fixture(scope="module")
 def mix(tmp_path_factory):
-    """A mixture of 3 components found without labels (a smoke run, weights moved apart)."""
+    """A mixture of 3 components found without labels."""
     folder = tmp_path_factory.mktemp("explore-mix") / "run"
-    cfg = resolve("flow", "smoke", ["max_steps=4", "progress=false", f"components={CLASSES}"])
-    train(FlowTask(), cfg, folder)
-    run = open_run(folder)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in run.model.op.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=gen))
-    return Explorer(run, k=4)
+    return _mixture_explorer(folder, [f"components={CLASSES}"])
 
 
 def test_a_mixture_without_labels_is_picked_by_component(mix):
