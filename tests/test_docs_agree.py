@@ -45,6 +45,7 @@ J = {
     "ref03": "docs/flow/reference_2026-12-03_4000/results.json",
     "ref03wall": "docs/flow/reference_eval_2026-12-03/results.json",
     "repro": "docs/repro/results.json",
+    "repro20": "docs/repro-blocks-noise/results.json",
     "repro10": "docs/repro-ten-components/results.json",
     "repro1": "docs/repro-one-generator/results.json",
     "repro_pre": "docs/repro-pretrained/results.json",
@@ -58,10 +59,13 @@ J = {
     "mixcpu": "docs/mixture/cpu_equal_time/evaluation.json",
     "mixrate": "docs/mixture/cpu_equal_time/step_rate.json",
     "mainjob": "docs/repro/evaluation/results.json",
+    "mainjob20": "docs/repro-blocks-noise/evaluation/results.json",
     "mainjob10": "docs/repro-ten-components/evaluation/results.json",
     "k10s1": "docs/mixture/k20-2026-12-06/k10-s1/evaluation.json",
     "k20rate": "docs/mixture/k20-2026-12-06/step_rate.json",
     "k20eqt": "docs/mixture/k20-2026-12-06/equal_time/evaluation.json",
+    "oddeqt": "docs/mixture/odd-mean-2026-12-07/equal_time/evaluation.json",
+    "oddrate": "docs/mixture/odd-mean-2026-12-07/step_rate.json",
     "first_call": "docs/mixture/first_call.json",
     "odd_mix": "docs/flow/odd-noise-2026-12-05/mixture-s0/claims.json",
     "odd_mix_eval": "docs/flow/odd-noise-2026-12-05/mixture-s0/evaluation.json",
@@ -142,6 +146,23 @@ def k20_against_fm10() -> list[tuple[str, str, str]]:
     return [
         v("k20eqt", eqt05("none", "fid_lenet")),
         v("k20eqt", eqt05("none", "fid_judge")),
+        v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
+        v("eqt", eqt("Euler, 10 steps", "fid_judge")),
+    ]
+
+
+def repro_linearity() -> list[tuple[str, str, str]]:
+    """The main job's float32 linearity: sums, a > 0, a < 0."""
+    keys = ("additivity_float32", "homogeneity_float32_a_pos", "homogeneity_float32_a_neg")
+    return [v("repro", f"claims/linearity/{k}", "e1") for k in keys]
+
+
+def odd_against_fm10() -> list[tuple[str, str, str]]:
+    """The odd-noise-with-a-mean preset's §3 means, then flow matching's at 10 Euler steps (FID
+    (LeNet), FID (judge) each)."""
+    return [
+        v("oddeqt", eqt05("none", "fid_lenet")),
+        v("oddeqt", eqt05("none", "fid_judge")),
         v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
         v("eqt", eqt("Euler, 10 steps", "fid_judge")),
     ]
@@ -233,6 +254,125 @@ CHECKS: list[Check] = [
         k20_against_fm10(),
     ),
     (
+        "BENCHMARKS.md",
+        "| ours, twenty components, odd noise side with a mean | one-step euler, T = 1000, final "
+        "predict, float64, maps none | 2 | {} / {} (**{}**) | {} / {} (**{}**) | {} / {} (**{}**) "
+        "| {} / {} (**{}**) |",
+        [
+            v("oddeqt", eqt05("none", key, seed), fmt)
+            for key, fmt in (
+                ("fid_lenet", ".1f"),
+                ("fid_judge", ".1f"),
+                ("precision", ".3f"),
+                ("recall", ".3f"),
+            )
+            for seed in (0, 1, None)
+        ],
+    ),
+    (
+        "BENCHMARKS.md",
+        "Its step costs 1.26x the twenty-component row's ({} against {} steps/s",
+        [v("oddrate", "median/cpu", ".2f"), v("oddrate", "median/blocks", ".2f")],
+    ),
+    (
+        "BENCHMARKS.md",
+        "ahead of its 10 Euler steps on both FIDs ({} / {} against {} / {})",
+        odd_against_fm10(),
+    ),
+    (
+        "README.md",
+        "the `cpu` preset since 2026-12-07, it scores {} / {} in 0.88 of that time",
+        odd_against_fm10()[:2],
+    ),
+    (
+        "README.md",
+        "in one process on this machine the preset made {} steps/s and the former network, whose "
+        "noise side was the blocks alone, {}",
+        [v("oddrate", "median/cpu", ".2f"), v("oddrate", "median/blocks", ".2f")],
+    ),
+    (
+        "docs/quality.md",
+        "twenty components score {} / {} in 0.88 of that time",
+        odd_against_fm10()[:2],
+    ),
+    (
+        "docs/mixture.md",
+        "alone scores {} / {} (mean {}) on FID (LeNet) and {} / {} (mean {}) on FID (judge),\n"
+        "ahead of flow matching's 10 Euler steps ({} / {})",
+        [
+            *(
+                v("oddeqt", eqt05("none", key, seed))
+                for key in ("fid_lenet", "fid_judge")
+                for seed in (0, 1, None)
+            ),
+            *odd_against_fm10()[2:],
+        ],
+    ),
+    (
+        "CHANGELOG.md",
+        "its trained map alone scores {} / {} (two seeds, 2,000\n  samples), ahead of flow "
+        "matching's 10 Euler steps ({} / {})",
+        odd_against_fm10(),
+    ),
+    # the main job on the odd noise side with a mean (docs/repro)
+    (
+        "docs/flow/roundtrip.md",
+        "Float32 linearity reads {} for sums, {} for a > 0 and {} for a < 0 (float64: {}), float32 "
+        "inversion through B {} dB ({} dB in float64)",
+        [
+            *repro_linearity(),
+            v("repro", "claims/linearity/max_rel_err_float64", "e1"),
+            v("repro", "claims/inversion/psnr_db_float32"),
+            v("repro", "claims/inversion/psnr_db"),
+        ],
+    ),
+    (
+        "docs/flow/roundtrip.md",
+        "| `B g_noise(x)`, where sampling goes | not visited | {} | |",
+        [v("repro", "claims/linearity/conditioning/trained/cond_data", "e1")],
+    ),
+    *(
+        (
+            "docs/flow/roundtrip.md",
+            f"| {label} | {{}} | {{}} | {{}} |",
+            [
+                v("repro", f"claims/linearity/conditioning/{term}/cond_noise", "e1"),
+                v("repro", f"claims/linearity/conditioning/{term}/cond_data", "e1"),
+                v("repro", f"claims/linearity/{key}", "e1"),
+            ],
+        )
+        for label, term, key in (
+            ("sums of two latents", "additivity", "additivity_float32"),
+            ("`a g(x)`, a > 0", "a_pos", "homogeneity_float32_a_pos"),
+            ("`a g(x)`, a < 0", "a_neg", "homogeneity_float32_a_neg"),
+        )
+    ),
+    (
+        "docs/mixture.md",
+        "float32 linearity {} for sums, {} for positive scalars and {} for negative ones, float32 "
+        "inversion through B {} dB",
+        [*repro_linearity(), v("repro", "claims/inversion/psnr_db_float32")],
+    ),
+    ("docs/mixture.md", "| **{}** | {} | {} | {} |", method_row("mainjob")),
+    (
+        "BENCHMARKS.md",
+        "float32 linearity {} for sums, {} for positive scalars and {} for negative ones. Its "
+        "trained map alone scores FID (LeNet) {} and FID (judge) {}",
+        [*repro_linearity(), *fid("mainjob", "method")],
+    ),
+    (
+        "CHANGELOG.md",
+        "printed {} of {} claims (float32 linearity {} for sums, {} for positive scalars, {} for "
+        "negative ones; float32 inversion through B {} dB)",
+        [
+            v("repro", "claims/#passed", "d"),
+            v("repro", "claims/#count", "d"),
+            *repro_linearity(),
+            v("repro", "claims/inversion/psnr_db_float32"),
+        ],
+    ),
+    ("CHANGELOG.md", "its run scores {} / {} with the trained map alone", fid("mainjob", "method")),
+    (
         "README.md",
         "the trained map alone scores {} / {} with ten components (ahead of 4 Euler steps) and "
         "{} / {} with twenty",
@@ -314,7 +454,7 @@ CHECKS: list[Check] = [
     ),
     (
         "README.md",
-        "a mixture of twenty components, {} steps, run `{}`) printed {} of {} claims hold",
+        "odd about\n  a learned mean, {} steps, run `{}`) printed **{} of {} claims hold**",
         [
             v("repro", "step", ",d"),
             v("repro", "run", "s"),
@@ -324,10 +464,13 @@ CHECKS: list[Check] = [
     ),
     (
         "README.md",
-        "inversion through B reads {} dB in float64. Float32 linearity does not hold: {} for"
-        " positive scalars, {} for negative ones against the threshold 1e-4 (float64: {};",
+        "inversion through B reads {} dB in float64 and {} dB with\n  float32 networks. Float32 "
+        "linearity reads {} for sums, {} for positive scalars and\n  {} for negative ones "
+        "(threshold 1e-4; float64: {}).",
         [
             v("repro", "claims/inversion/psnr_db"),
+            v("repro", "claims/inversion/psnr_db_float32"),
+            v("repro", "claims/linearity/additivity_float32", "e1"),
             v("repro", "claims/linearity/homogeneity_float32_a_pos", "e1"),
             v("repro", "claims/linearity/homogeneity_float32_a_neg", "e1"),
             v("repro", "claims/linearity/max_rel_err_float64", "e1"),
@@ -335,7 +478,14 @@ CHECKS: list[Check] = [
     ),
     (
         "README.md",
-        "The main job's trained map alone scores FID (LeNet) {} and FID (judge) {} (10,000 samples",
+        "printed 7 of 8: negative scalars sent `g_noise⁻¹` to\n  latents training never visits, "
+        "and float32 linearity read {} there",
+        [v("repro20", "claims/linearity/homogeneity_float32_a_neg", "e1")],
+    ),
+    (
+        "README.md",
+        "The main job's trained map\n  alone scores FID (LeNet) {} and FID (judge) {} (10,000 "
+        "samples",
         fid("mainjob", "method"),
     ),
     (
@@ -959,6 +1109,7 @@ CHECKS += (
         ),
         ("docs/mixture.md", "| **{}** | {} | {} | {} |", mainjob_row()),
         ("docs/quality.md", "seed 0, 10,000 samples) scores {} / {}", fid("mainjob10", "method")),
+        ("docs/quality.md", "the main job's run scored {} / {}", fid("mainjob20", "method")),
         ("docs/quality.md", "the main job's run scores {} / {}", fid("mainjob", "method")),
         # docs/flow/roundtrip.md §10: the odd noise side against the main job, one seed each
         (
@@ -1011,14 +1162,14 @@ CHECKS += (
             "{} steps/s with ten components and {} with twenty",
             [v("k20rate", "median/cpu", ".2f"), v("k20rate", "median/k20", ".2f")],
         ),
-        ("docs/mixture.md", "| **{}** | {} | {} | {} |", method_row("mainjob")),
+        ("docs/mixture.md", "| **{}** | {} | {} | {} |", method_row("mainjob20")),
         (
             "docs/mixture.md",
             "Float32 linearity reads {} for positive scalars and {} for negative ones (threshold"
             " 1e-4; {} with ten components)",
             [
-                v("repro", "claims/linearity/homogeneity_float32_a_pos", "e1"),
-                v("repro", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+                v("repro20", "claims/linearity/homogeneity_float32_a_pos", "e1"),
+                v("repro20", "claims/linearity/homogeneity_float32_a_neg", "e1"),
                 v("repro10", "claims/linearity/homogeneity_float32_a_neg", "e1"),
             ],
         ),
@@ -1041,16 +1192,6 @@ CHECKS += (
         ),
         # docs/flow/roundtrip.md §12: the odd noise side with a mean, two seeds per side
         (
-            "README.md",
-            "two seeds held all {} with float32 linearity under 1e-5 for both signs and FID "
-            "(LeNet) {} and {}",
-            [
-                v("oddmean_eqt1", "claims/#all", "d"),
-                v("oddmean_eqt_eval", row("method", "fid_lenet")),
-                v("oddmean_eqt1_eval", row("method", "fid_lenet")),
-            ],
-        ),
-        (
             "docs/flow/roundtrip.md",
             "| odd noise side with a mean, 5,600 steps, seed 0 | {} / {} / {} | {} dB "
             "| {} of {} | {} / {} | {} / {} |",
@@ -1071,27 +1212,19 @@ CHECKS += (
             ],
         ),
         (
-            "README.md",
-            "float32 linearity for negative scalars {} and {}, at the same FID (LeNet)",
-            [
-                v("oddmean0", "claims/linearity/homogeneity_float32_a_neg", "e1"),
-                v("oddmean1", "claims/linearity/homogeneity_float32_a_neg", "e1"),
-            ],
-        ),
-        (
             "CHANGELOG.md",
             "linearity for negative scalars {} and {}, against {} and {} with the blocks; float32 "
             "inversion {} and {} dB) at FID (LeNet) {} and {} against {} and {} for",
             [
                 v("oddmean0", "claims/linearity/homogeneity_float32_a_neg", "e1"),
                 v("oddmean1", "claims/linearity/homogeneity_float32_a_neg", "e1"),
-                v("repro", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+                v("repro20", "claims/linearity/homogeneity_float32_a_neg", "e1"),
                 v("net1", "claims/linearity/homogeneity_float32_a_neg", "e1"),
                 v("oddmean0", "claims/inversion/psnr_db_float32"),
                 v("oddmean1", "claims/inversion/psnr_db_float32"),
                 v("oddmean0_eval", row("method", "fid_lenet")),
                 v("oddmean1_eval", row("method", "fid_lenet")),
-                v("mainjob", row("method", "fid_lenet")),
+                v("mainjob20", row("method", "fid_lenet")),
                 v("net1_eval", row("method", "fid_lenet")),
             ],
         ),
@@ -1099,7 +1232,7 @@ CHECKS += (
             "docs/flow/roundtrip.md",
             "| noise side: the blocks (the main job), seed 0 | {} / {} / {} | {} dB | {} of {} "
             "| {} / {} |",
-            odd_row("repro", "mainjob"),
+            odd_row("repro20", "mainjob20"),
         ),
         (
             "docs/flow/roundtrip.md",
@@ -1133,7 +1266,7 @@ CHECKS += (
             [
                 v("oddmean0_eval", row("method", "fid_lenet")),
                 v("oddmean1_eval", row("method", "fid_lenet")),
-                v("mainjob", row("method", "fid_lenet")),
+                v("mainjob20", row("method", "fid_lenet")),
                 v("net1_eval", row("method", "fid_lenet")),
             ],
         ),

@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+import torch
 
 from linearizer.cli.main import main
 from linearizer.flow.task import FlowTask
@@ -33,6 +34,7 @@ REQUIRED = {
         "homogeneity_float32_a_neg",
         "homogeneity_float64_a_pos",
         "homogeneity_float64_a_neg",
+        "conditioning",
     ],
     "collapse_euler": ["psnr_db", "psnr_db_float32", "latent_rel_err", "fid_lenet_between"],
     "collapse_rk4": ["psnr_db", "psnr_db_float32"],
@@ -86,6 +88,16 @@ def test_results_hold_every_claim_with_a_verdict(repro_out):
     assert max(split) == lin["homogeneity_float32"]
     split = (lin["homogeneity_float64_a_pos"], lin["homogeneity_float64_a_neg"])
     assert max(split) == lin["homogeneity_float64"]
+    cond = lin["conditioning"]
+    assert set(cond) == {"trained", "additivity", "a_pos", "a_neg"}
+    assert cond["trained"]["cond_noise"] == 0.0  # sampling never inverts the noise side
+    eps32 = torch.finfo(torch.float32).eps
+    for term in ("additivity", "a_pos", "a_neg"):
+        c = cond[term]
+        assert c["cond_noise"] >= 0.9 and c["cond_data"] >= 0.9, term  # cond >= 1 up to estimate
+        # the worst pair's sum of both sides: between the larger side's worst and both worsts
+        low, high = max(c["cond_noise"], c["cond_data"]), c["cond_noise"] + c["cond_data"]
+        assert low * (1 - 1e-12) <= c["eps32_x_cond"] / eps32 <= high * (1 + 1e-12), term
     psnr64 = claims["collapse_euler"]["psnr_db"]
     assert psnr64 is None or psnr64 >= 120
     assert results["options"]["quick"] is True
@@ -150,13 +162,13 @@ def test_preset_dry_run_and_no_train(tmp_path, capsys):
 
 def test_the_estimate_names_the_cap_a_slow_machine_hits(monkeypatch):
     monkeypatch.setattr("linearizer.training.steprate.measure_step_rate", lambda task, cfg: 1.0)
-    said = runner_module.expected_time("cpu")  # 8,000 steps at 1 step/s: 133 min, over 45
-    assert "8,000 steps take 133.3 min, over the 45-minute cap" in said
-    assert "stop near step 2,700 of 8,000" in said
+    said = runner_module.expected_time("cpu")  # 5,600 steps at 1 step/s: 93 min, over 45
+    assert "5,600 steps take 93.3 min, over the 45-minute cap" in said
+    assert "stop near step 2,700 of 5,600" in said
     monkeypatch.setattr("linearizer.training.steprate.measure_step_rate", lambda task, cfg: 8.0)
-    said = runner_module.expected_time("cpu")  # 16.7 + 4.6 (claims scaled from 8.6 steps/s)
-    assert "16.7 min, then about 4.6 min of claims" in said
-    assert said.endswith("about 21 min")
+    said = runner_module.expected_time("cpu")  # 11.7 + 4.1 (claims scaled from 3.08 steps/s)
+    assert "11.7 min, then about 4.1 min of claims" in said
+    assert said.endswith("about 16 min")
 
 
 @pytest.mark.parametrize("where", ["claim", "figures"])

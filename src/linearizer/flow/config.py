@@ -228,17 +228,19 @@ CPU_TRAINING = {
 # - A noise side odd about a learned mean, g_noise(x) = h(x) + mu with h(-x) = -h(x): every
 #   scalar a in [-2, 2] of the induced scaling sends h^-1 to a h(x) + (a - 1) mu, within
 #   3 |mu| / |h| (8-13 %) of a latent that training visits or its mirror image, so float32
-#   linearity holds under 1e-5 for both signs of a (the blocks alone reached 1.4e-4 for a < 0,
-#   conditioned 1e5-1e7 on the half that training never visits). Its step costs 1.4x, so the
-#   preset trains 5,600 steps, the blocks' time for 8,000: FID (LeNet) 42.7 and 39.3 against
-#   48.1 and 55.9 (two seeds; docs/flow/roundtrip.md section 12).
+#   linearity for a < 0 read 4.9e-6 to 1.1e-5 on three runs (the blocks alone reached 1.4e-4,
+#   conditioned 1e5-1e7 on the half that training never visits). Its step costs 1.26x (one
+#   process, docs/mixture/odd-mean-2026-12-07/step_rate.json), so 5,600 steps take 0.88 of the
+#   blocks' time for 8,000, and scored FID (LeNet) 42.7 and 39.3 against 48.1 and 55.9 (two
+#   seeds; docs/flow/roundtrip.md section 12).
 # - A mixture of twenty exact linear generators whose components k-means finds in the training
 #   images (no labels). At the same step cost, ten components scored FID (LeNet) 75.2 against
 #   156.0 for one generator, and twenty 50.1 against 75.9 for ten (two seeds each, the trained
 #   map alone; docs/mixture.md): with more clusters than digits, each covers less. A mixture
 #   samples the trained map alone, so no post-hoc map is fitted after the steps (components=1
-#   calibration_samples=10000 transport_steps=3000 finish_minutes=3 is the one-generator
-#   preset), and one grid is drawn, at the end (by the multi-step solver: a grid builds no B).
+#   calibration_samples=10000 transport_steps=3000 finish_minutes=3 network.odd_noise=false
+#   network.noise_mean=false max_steps=8000 is the one-generator preset), and one grid is
+#   drawn, at the end (by the multi-step solver: a grid builds no B).
 # What each choice measured: docs/flow.md, docs/flow/ablation.md, docs/mixture.md and
 # BENCHMARKS.md sections 1 and 3.
 CPU = FlowConfig(

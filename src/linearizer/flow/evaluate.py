@@ -143,6 +143,15 @@ def draw_samples(
     return torch.cat(out)
 
 
+def _components(model: OneStepFlow, opts: EvalOptions) -> Tensor | None:
+    """A mixture's component per sample, drawn once from the mixture weights with the
+    evaluation's seed (its own stream, so the noise and the reference rows stay as they are):
+    every row then draws the same images' components, and a rerun the same samples."""
+    if model.components == 1:
+        return None
+    return model.draw_labels(opts.n, torch.Generator().manual_seed(opts.seed * 1000 + 1))
+
+
 def evaluate_flow(
     model: OneStepFlow,
     reference: Tensor,
@@ -170,10 +179,11 @@ def evaluate_flow(
         model.maps(spec)  # refuse a row the model cannot sample before any work
     gen = torch.Generator().manual_seed(opts.seed)
     noise = rows[0][1].noise(opts.n, model.image_shape, gen)
+    labels = _components(model, opts)
     measured, keep = [], {}
     for name, spec in rows:
         start = time.perf_counter()
-        images = draw_samples(model, noise, spec, opts, progress)
+        images = draw_samples(model, noise, spec, opts, progress, labels)
         seconds = time.perf_counter() - start
         measured.append(
             {

@@ -29,6 +29,7 @@ from ..metrics import (
 )
 from ..metrics.classifier import lenet_view
 from ..operators.dense import Dense
+from . import conditioning
 from .context import DATA, NOISE, Context
 from .numbers import F64, db, finite, max_abs_err, max_rel_err, rel_errs, sci
 
@@ -59,14 +60,21 @@ def generator(model, b: Tensor) -> Linearizer:
 # --- linearity ------------------------------------------------------------------------------------
 
 
-def _linearity_errors(ctx: Context, precision: str) -> dict:
-    model = ctx.pick(precision)
-    dtype = next(model.parameters()).dtype
+def _linearity_pairs(ctx: Context, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """The pairs ``x1, x2 ~ N(0, I)`` and scalars ``a ~ U[-2, 2]`` of the linearity claim."""
     n = ctx.opts.n
     x1 = ctx.noise(n, stream=20).to(ctx.device, dtype)
     x2 = ctx.noise(n, stream=21).to(ctx.device, dtype)
     gen = torch.Generator().manual_seed(ctx.opts.seed + 22)
     a = (4 * torch.rand(n, generator=gen, dtype=F64) - 2).to(ctx.device, dtype)
+    return x1, x2, a
+
+
+def _linearity_errors(ctx: Context, precision: str) -> dict:
+    model = ctx.pick(precision)
+    dtype = next(model.parameters()).dtype
+    n = ctx.opts.n
+    x1, x2, a = _linearity_pairs(ctx, dtype)
     add, per_pair, worst = torch.zeros(n, dtype=F64), torch.zeros(n, dtype=F64), {}
     for k, rows in ctx.parts(n):
         f = generator(model, ctx.B(ctx.opts.steps, "euler", "float64", k)).to(ctx.device)
@@ -90,6 +98,7 @@ def _linearity_errors(ctx: Context, precision: str) -> dict:
 def claim_linearity(ctx: Context) -> dict:
     e64, e32 = _linearity_errors(ctx, "float64"), _linearity_errors(ctx, "float32")
     t64, t32 = THRESHOLDS["linearity_float64"], THRESHOLDS["linearity_float32"]
+    cond = conditioning.visited(ctx, *_linearity_pairs(ctx, F64))
     ok64, ok32 = e64["max"] <= t64, e32["max"] <= t32
     if ok64 and ok32:
         verdict = "holds (exact to rounding)"
@@ -101,7 +110,8 @@ def claim_linearity(ctx: Context) -> dict:
         "title": "linearity under the induced operations",
         "paper": "f(x1 (+) x2) = f(x1) (+) f(x2), f(a (.) x) = a (.) f(x) exactly",
         "reference": "2-7e-6 (float32)",
-        "measured": f"{sci(e32['max'])} (float32), {sci(e64['max'])} (float64)",
+        "measured": f"{sci(e32['max'])} (float32: sums {sci(e32['additivity'])}, a > 0 "
+        f"{sci(e32['a_pos'])}, a < 0 {sci(e32['a_neg'])}), {sci(e64['max'])} (float64)",
         "threshold": f"float64 <= {t64:g} and float32 <= {t32:g}",
         "verdict": verdict,
         "passed": ok64 and ok32,
@@ -116,10 +126,13 @@ def claim_linearity(ctx: Context) -> dict:
         "homogeneity_float64_a_pos": e64["a_pos"],
         "homogeneity_float64_a_neg": e64["a_neg"],
         "pairs": ctx.opts.n,
+        "conditioning": cond,
         **ctx.per_component(e32["worst"]),
         "how": f"f = L(g_noise, B (Euler, T={ctx.opts.steps}), g_data); x1, x2 ~ N(0, I), "
         "a ~ U[-2, 2]; relative error per pair in image space, max over pairs (homogeneity also "
-        "split by the sign of a)" + _dealt(ctx, "pairs", "the float32 worst per component"),
+        "split by the sign of a); conditioning: the largest condition number of each side's "
+        "inverse at the latents each term sends it to (float64)"
+        + _dealt(ctx, "pairs", "the float32 worst per component"),
     }
 
 

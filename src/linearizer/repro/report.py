@@ -14,6 +14,7 @@ from ..flow.objective import resolve_perceptual
 from ..report import markdown_table, render_report, section
 from ..training.weights import weights_label
 from .claims import THRESHOLDS
+from .numbers import sci
 
 COLUMNS = ("claim", "paper", "reference", "measured", "verdict", "wall s")
 
@@ -162,6 +163,7 @@ FIGURES = {
 TITLE = 'Reproduction of "Who Said Neural Networks Aren\'t Linear?" (one-step flow matching)'
 HIDDEN = (
     "title",
+    "conditioning",
     "paper",
     "reference",
     "measured",
@@ -221,11 +223,28 @@ def _details(name: str, c: dict) -> str:
     if "how" in c:
         bullets.append(f"- how: {c['how']}")
     bullets += [f"- {key}: {_fmt(value)}" for key, value in c.items() if key not in HIDDEN]
-    table = None
+    tables = []
     if "sets" in c:
         header = ["sample set", "FID (LeNet)", "KID (LeNet)", "mean max-softmax", "class histogram"]
-        table = markdown_table(header, [_set_row(n, s) for n, s in c["sets"].items()])
-    return section(f"{name}: {c['title']}", bullets, table, level=3)
+        tables.append(markdown_table(header, [_set_row(n, s) for n, s in c["sets"].items()]))
+    if "conditioning" in c:
+        header = ["latents visited", "cond g_noise^-1", "cond g_data^-1", "eps32 x cond"]
+        rows = [_cond_row(term, v) for term, v in c["conditioning"].items()]
+        tables.append(markdown_table(header, rows))
+    return section(f"{name}: {c['title']}", bullets, *tables, level=3)
+
+
+VISITED = {
+    "trained": "B g_noise(x) (sampling)",
+    "additivity": "sums of latents",
+    "a_pos": "a times latents, a > 0",
+    "a_neg": "a times latents, a < 0",
+}
+
+
+def _cond_row(term: str, v: dict) -> list[str]:
+    noise = _fmt(v["cond_noise"]) if v["cond_noise"] else "not visited"
+    return [VISITED.get(term, term), noise, _fmt(v["cond_data"]), sci(v["eps32_x_cond"])]
 
 
 def _fmt(value) -> str:
