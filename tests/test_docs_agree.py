@@ -140,32 +140,27 @@ def method_row(name: str, confidence: bool = False) -> list[tuple[str, str, str]
     return [v(name, row("method", k), f) for k, f in keys]
 
 
-def k20_against_fm10() -> list[tuple[str, str, str]]:
-    """The twenty-component preset's §3 means, then flow matching's at 10 Euler steps (FID
-    (LeNet), FID (judge) each)."""
+def against_fm10(name: str) -> list[tuple[str, str, str]]:
+    """A preset's §3 means (JSON ``name``), then flow matching's at 10 Euler steps (FID (LeNet),
+    FID (judge) each)."""
     return [
-        v("k20eqt", eqt05("none", "fid_lenet")),
-        v("k20eqt", eqt05("none", "fid_judge")),
+        v(name, eqt05("none", "fid_lenet")),
+        v(name, eqt05("none", "fid_judge")),
         v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
         v("eqt", eqt("Euler, 10 steps", "fid_judge")),
     ]
+
+
+def eqt05_seeds(name: str) -> list[tuple[str, str, str]]:
+    """A §3 row's seeds 0 / 1 and mean of FID (LeNet), FID (judge), precision and recall."""
+    keys = (("fid_lenet", ".1f"), ("fid_judge", ".1f"), ("precision", ".3f"), ("recall", ".3f"))
+    return [v(name, eqt05("none", key, seed), fmt) for key, fmt in keys for seed in (0, 1, None)]
 
 
 def repro_linearity() -> list[tuple[str, str, str]]:
     """The main job's float32 linearity: sums, a > 0, a < 0."""
     keys = ("additivity_float32", "homogeneity_float32_a_pos", "homogeneity_float32_a_neg")
     return [v("repro", f"claims/linearity/{k}", "e1") for k in keys]
-
-
-def odd_against_fm10() -> list[tuple[str, str, str]]:
-    """The odd-noise-with-a-mean preset's §3 means, then flow matching's at 10 Euler steps (FID
-    (LeNet), FID (judge) each)."""
-    return [
-        v("oddeqt", eqt05("none", "fid_lenet")),
-        v("oddeqt", eqt05("none", "fid_judge")),
-        v("eqt", eqt("Euler, 10 steps", "fid_lenet")),
-        v("eqt", eqt("Euler, 10 steps", "fid_judge")),
-    ]
 
 
 def mainjob_row() -> list[tuple[str, str, str]]:
@@ -232,42 +227,24 @@ CHECKS: list[Check] = [
         "BENCHMARKS.md",
         "| ours, twenty components | one-step euler, T = 1000, final predict, float64, maps none "
         "| 2 | {} / {} (**{}**) | {} / {} (**{}**) | {} / {} (**{}**) | {} / {} (**{}**) |",
-        [
-            v("k20eqt", eqt05("none", key, seed), fmt)
-            for key, fmt in (
-                ("fid_lenet", ".1f"),
-                ("fid_judge", ".1f"),
-                ("precision", ".3f"),
-                ("recall", ".3f"),
-            )
-            for seed in (0, 1, None)
-        ],
+        eqt05_seeds("k20eqt"),
     ),
     (
         "BENCHMARKS.md",
         "Euler steps on both FIDs ({} / {} against {} / {} in the table above)",
-        k20_against_fm10(),
+        against_fm10("k20eqt"),
     ),
     (
         "BENCHMARKS.md",
         "two seeds) it reads {} / {}, ahead of flow matching's 10 Euler steps ({} / {})",
-        k20_against_fm10(),
+        against_fm10("k20eqt"),
     ),
     (
         "BENCHMARKS.md",
         "| ours, twenty components, odd noise side with a mean | one-step euler, T = 1000, final "
         "predict, float64, maps none | 2 | {} / {} (**{}**) | {} / {} (**{}**) | {} / {} (**{}**) "
         "| {} / {} (**{}**) |",
-        [
-            v("oddeqt", eqt05("none", key, seed), fmt)
-            for key, fmt in (
-                ("fid_lenet", ".1f"),
-                ("fid_judge", ".1f"),
-                ("precision", ".3f"),
-                ("recall", ".3f"),
-            )
-            for seed in (0, 1, None)
-        ],
+        eqt05_seeds("oddeqt"),
     ),
     (
         "BENCHMARKS.md",
@@ -277,12 +254,12 @@ CHECKS: list[Check] = [
     (
         "BENCHMARKS.md",
         "ahead of its 10 Euler steps on both FIDs ({} / {} against {} / {})",
-        odd_against_fm10(),
+        against_fm10("oddeqt"),
     ),
     (
         "README.md",
         "the `cpu` preset since 2026-12-07, it scores {} / {} in 0.88 of that time",
-        odd_against_fm10()[:2],
+        against_fm10("oddeqt")[:2],
     ),
     (
         "README.md",
@@ -293,7 +270,7 @@ CHECKS: list[Check] = [
     (
         "docs/quality.md",
         "twenty components score {} / {} in 0.88 of that time",
-        odd_against_fm10()[:2],
+        against_fm10("oddeqt")[:2],
     ),
     (
         "docs/mixture.md",
@@ -305,14 +282,14 @@ CHECKS: list[Check] = [
                 for key in ("fid_lenet", "fid_judge")
                 for seed in (0, 1, None)
             ),
-            *odd_against_fm10()[2:],
+            *against_fm10("oddeqt")[2:],
         ],
     ),
     (
         "CHANGELOG.md",
         "its trained map alone scores {} / {} (two seeds, 2,000\n  samples), ahead of flow "
         "matching's 10 Euler steps ({} / {})",
-        odd_against_fm10(),
+        against_fm10("oddeqt"),
     ),
     # the main job on the odd noise side with a mean (docs/repro)
     (
@@ -1188,7 +1165,7 @@ CHECKS += (
             "CHANGELOG.md",
             "twenty-component preset's trained map alone scores {} / {}, ahead of flow matching's "
             "10 Euler steps ({} / {})",
-            k20_against_fm10(),
+            against_fm10("k20eqt"),
         ),
         # docs/flow/roundtrip.md §12: the odd noise side with a mean, two seeds per side
         (

@@ -227,3 +227,14 @@ def test_an_evaluation_of_a_mixture_is_the_same_twice(model):
         runs.append(evaluate_flow(model, reference, opts=opts)[0]["rows"])
     for a, b in zip(*runs, strict=True):
         assert a["fid_lenet"] == b["fid_lenet"] and a["class_histogram"] == b["class_histogram"]
+
+
+def test_an_evaluation_draws_components_from_the_mixture_weights(model):
+    from linearizer.flow.evaluate import EvalOptions, _components
+
+    skewed = copy.deepcopy(model)
+    weights = torch.tensor([0.8, 0.15, 0.05], dtype=F64)
+    skewed.mixture_weights.copy_(weights)
+    labels = _components(skewed, EvalOptions(n=4000))
+    share = torch.bincount(labels, minlength=K).double() / len(labels)
+    assert (share - weights).abs().max() < 0.03  # 3 standard errors at n = 4000 is 0.019

@@ -70,7 +70,7 @@ def _unit(t: Tensor) -> Tensor:
 def visited(ctx: Context, x1: Tensor, x2: Tensor, a: Tensor) -> dict[str, dict[str, float]]:
     """The largest condition number of ``g_noise^-1`` and of ``g_data^-1`` (float64 model) at the
     latents that each term of the linearity claim sends them to, with a mixture's pairs dealt
-    over its components as the claim deals them:
+    over its components as the claim deals them (``x1, x2, a``: the claim's pairs, float64):
 
     * ``trained``: ``g_data^-1`` at ``B g_noise(x)``, where sampling always goes (the noise
       side's inverse is not visited there);
@@ -82,12 +82,13 @@ def visited(ctx: Context, x1: Tensor, x2: Tensor, a: Tensor) -> dict[str, dict[s
     """
     from .context import DATA, NOISE
 
-    m = ctx.model64
     with torch.no_grad():
-        z1, z2 = (ctx.encode(m, x.to(F64), NOISE).to(ctx.device) for x in (x1, x2))
-        y1 = ctx.by_parts(len(a), lambda k, r: z1[r] @ ctx.B(ctx.opts.steps, label=k).T)
-        y2 = ctx.by_parts(len(a), lambda k, r: z2[r] @ ctx.B(ctx.opts.steps, label=k).T)
-    a = a.to(F64)[:, None]
+        z1, z2 = (ctx.encode(ctx.model64, x, NOISE).to(ctx.device) for x in (x1, x2))
+        y1, y2 = (
+            ctx.by_parts(len(a), lambda k, r, z=z: z[r] @ ctx.B(ctx.opts.steps, label=k).T)
+            for z in (z1, z2)
+        )
+    a = a[:, None]
     pos, neg = a[:, 0] > 0, a[:, 0] < 0
     points = {
         "trained": (None, y1),
