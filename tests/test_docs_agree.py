@@ -67,6 +67,8 @@ J = {
     "oddeqt": "docs/mixture/odd-mean-2026-12-07/equal_time/evaluation.json",
     "oddrate": "docs/mixture/odd-mean-2026-12-07/step_rate.json",
     "first_call": "docs/mixture/first_call.json",
+    "first_call_b": "docs/mixture/first_call_one_step.json",
+    "first_call_old": "docs/mixture/first_call-2026-12-05.json",
     "odd_mix": "docs/flow/odd-noise-2026-12-05/mixture-s0/claims.json",
     "odd_mix_eval": "docs/flow/odd-noise-2026-12-05/mixture-s0/evaluation.json",
     "odd_one": "docs/flow/odd-noise-2026-12-05/one-generator-s0/claims.json",
@@ -121,6 +123,12 @@ def eqt05(maps: str, key: str, seed: int | None = None) -> str:
 
 def v(name: str, path: str, fmt: str = ".1f") -> tuple[str, str, str]:
     return (name, path, fmt)
+
+
+def first_calls(name: str, call: str) -> list[tuple[str, str, str]]:
+    """``benchmarks/first_call.py``'s median seconds of one call: the mixture's, then the one
+    generator's."""
+    return [v(name, f"seconds/pretrained:mnist{m}/{call}") for m in ("-mix", "")]
 
 
 def fid(name: str, row_name: str) -> list[tuple[str, str, str]]:
@@ -1284,10 +1292,42 @@ CHECKS += (
             "CHANGELOG.md",
             "the first call on a fresh cache takes {} s against {} s ({}x;",
             [
-                v("first_call", "seconds/pretrained:mnist-mix/first"),
-                v("first_call", "seconds/pretrained:mnist/first"),
-                v("first_call", "ratio_second_to_first/first"),
+                v("first_call_old", "seconds/pretrained:mnist-mix/first"),
+                v("first_call_old", "seconds/pretrained:mnist/first"),
+                v("first_call_old", "ratio_second_to_first/first"),
             ],
+        ),
+        (
+            "CHANGELOG.md",
+            "on an empty cache takes {} s against {} s for `pretrained:mnist` ({}x, median of "
+            "three rounds), against {} s and {} s through B on the same machine",
+            [
+                *first_calls("first_call", "first"),
+                v("first_call", "ratio_second_to_first/first"),
+                *first_calls("first_call_b", "first"),
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "pretrained:mnist-mix --n 64` takes {} s against {} s for the one-generator "
+            "`pretrained:mnist`, {}×. Through B, the route every call took before, the same "
+            "first calls take {} s against {} s ({}×,",
+            [
+                *first_calls("first_call", "first"),
+                v("first_call", "ratio_second_to_first/first"),
+                *first_calls("first_call_b", "first"),
+                v("first_call_b", "ratio_second_to_first/first"),
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "{} s against {} s on the faster machine of 2026-12-05",
+            first_calls("first_call_old", "first"),
+        ),
+        (
+            "docs/mixture.md",
+            "(warm calls {} s and {} s), where stored B's are read back in {} s and {} s",
+            [*first_calls("first_call", "warm"), *first_calls("first_call_b", "warm")],
         ),
     ]
 )

@@ -176,9 +176,9 @@ def test_collapse_rejects_bad_block(block):
 
 
 # ----------------------------------------------------------------------------- T = 1000
-# The collapse evaluates A(t) once for all distinct times, in chunks of 256 (flow.solvers).
-# Above 256 distinct times (Euler at T > 257, RK4 at T > 128) more chunks are used, so the
-# paper's T = 1000 must be checked against a reference that evaluates A one time at a time.
+# The collapse evaluates A(t) once for all distinct times, in chunks of 16 (flow.solvers), so the
+# paper's T = 1000 must be checked against a reference that evaluates A one time at a time;
+# 257 distinct times (Euler at T = 258, RK4 at T = 129) leave a last chunk of one time.
 TINY = 4
 
 
@@ -268,3 +268,39 @@ def test_final_predict_jumps_at_exactly_one_minus_h():
     pred = solvers.collapse(op, steps=steps, method="euler", final="predict")
     assert 1.0 - 1.0 / steps in asked and max(asked) == 1.0 - 1.0 / steps
     assert_near(pred, op.matrix(1.0 - 1.0 / steps) @ skip, eps_factor=1e3)
+
+
+# ----------------------------------------------------------------------------- lazy factors
+
+
+@pytest.mark.parametrize("op", [SmoothLoRA(seed=3), RegularFlow(seed=3)], ids=["lora", "dense"])
+@pytest.mark.parametrize("method", solvers.METHODS)
+@pytest.mark.parametrize("final", solvers.FINALS)
+def test_the_solver_reads_the_collapse_factors_chunk_by_chunk(op, method, final):
+    """integrate evaluates A as its steps reach it, holding two chunks: bit for bit the steps
+    over the whole table a collapse reads (T = 40: 39 to 80 times, chunk edges inside steps)."""
+    z0 = torch.randn(5, D, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    lazy = solvers.Schedule(op, 40, method, final, torch.float64, lazy=True)
+    eager = solvers.Schedule(op, 40, method, final, torch.float64)
+    assert torch.equal(lazy.propagate(z0, None), eager.propagate(z0, None))
+    assert lazy.fac.u is None and not lazy.fac.mats and len(lazy.fac._held) <= 2
+
+
+@pytest.mark.parametrize("method", solvers.METHODS)
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [SmoothLoRA(seed=s) for s in (0, 1, 2)],
+        [TinyLoRA(dim=D, rank=2, seed=5), TinyLoRA(dim=D, rank=3, seed=6)],  # dense stack
+        [RegularFlow(seed=1), RegularFlow(seed=2)],
+    ],
+    ids=["lora", "ranks", "dense"],
+)
+def test_integrate_each_is_integrate_per_operator(ops, method):
+    gen = torch.Generator().manual_seed(4)
+    zs = [torch.randn(n, D, dtype=torch.float64, generator=gen) for n in (1, 4, 2)[: len(ops)]]
+    got = solvers.integrate_each(ops, zs, steps=30, method=method, final="predict")
+    for op, z, g in zip(ops, zs, got, strict=True):
+        want = solvers.integrate(op, z, steps=30, method=method, final="predict")
+        assert g.shape == z.shape
+        assert_near(g, want, eps_factor=100)

@@ -14,6 +14,7 @@ from PIL import Image
 
 from linearizer.cli.main import main
 from linearizer.errors import LinearizerError
+from linearizer.flow import solvers
 from linearizer.flow.build import build_flow
 from linearizer.flow.components import find_components, kmeans_components, shares
 from linearizer.flow.mixture import MixtureFlow
@@ -106,6 +107,47 @@ def test_components_are_different_generators_and_the_mixture_routes_rows(model):
         rows = labels == k
         # the same matrix product on fewer rows: equal up to float64 GEMM rounding
         assert db(per[k][rows], mixed[rows]) >= 240
+
+
+def test_without_a_b_at_hand_the_mixture_runs_one_batched_solver(model, monkeypatch, tmp_path):
+    """one_step=None: the components without a built B go through one solver pass together,
+    which builds no B and draws B's images to rounding; a component whose B is at hand uses it."""
+    monkeypatch.setenv("LINEARIZER_CACHE", str(tmp_path))
+    model = copy.deepcopy(model)  # no B built yet in this copy's memory
+    spec = SamplerSpec(steps=20)
+    x0 = torch.randn(8, *model.image_shape, dtype=F64, generator=torch.Generator().manual_seed(6))
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 0])
+    solved: list[int] = []
+    each = solvers.integrate_each
+    monkeypatch.setattr(
+        solvers,
+        "integrate_each",
+        lambda ops, zs, **kw: solved.append(len(ops)) or each(ops, zs, **kw),
+    )
+    auto = model.sample(x0, spec, labels=labels, one_step=None)
+    assert solved == [K] and not list(tmp_path.glob("*.safetensors"))
+    assert not any(model.is_cached(spec.replace(label=k)) for k in range(K))
+    model.one_step_matrix(spec.replace(label=1))
+    again = model.sample(x0, spec, labels=labels, one_step=None)
+    assert solved == [K, K - 1] and model.is_cached(spec.replace(label=1))
+    through_b = model.sample(x0, spec, labels=labels)
+    assert db(auto, through_b) >= 200 and db(again, through_b) >= 200
+
+
+def test_sample_builds_b_only_for_components_that_draw_many(run, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LINEARIZER_CACHE", str(tmp_path / "cache"))
+    dim = load_flow_run(run)[0].dim
+
+    def sample(n, *flags):
+        assert main(["sample", str(run), "--n", str(n), "--out", str(tmp_path / "s"), *flags]) == 0
+        return capsys.readouterr().out, len(list((tmp_path / "cache").glob("*.safetensors")))
+
+    out, stored = sample(K)
+    assert "multi-step: no B at hand" in out and stored == 0
+    out, stored = sample(K * dim)  # every component draws far more than dim / 4
+    assert ", one-step," in out and stored == K
+    out, _ = sample(K)
+    assert ", one-step," in out  # the stored B's are at hand now
 
 
 def test_inversion_picks_the_component_that_drew_the_image(model):

@@ -50,7 +50,7 @@ from ..errors import LinearizerError
 from ..io import default_cache_dir, load_tensors, save_tensors
 from .factored import FactoredMatrix
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: A's factors evaluated 16 times at once (was 256)
 ENV = "LINEARIZER_CACHE"
 OFF = ("off", "0")
 SIZE_ENV = "LINEARIZER_CACHE_MB"
@@ -139,6 +139,15 @@ def cached(
     _store(path, canonical, value)
     prune(folder)
     return value
+
+
+def has(key: Mapping[str, object], *, folder: Path | None = None) -> bool:
+    """Whether ``folder`` (default :func:`cache_folder`) holds a file for ``key``; the file is
+    checked when :func:`cached` reads it."""
+    folder = cache_folder() if folder is None else Path(folder)
+    if folder is None:
+        return False
+    return _is_file(folder / f"{_file_name(canonical_key(key))}.safetensors")
 
 
 def max_bytes() -> int:

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from ..errors import LinearizerError
 from ..operators.base import LinearOperator
-from . import factored
+from . import factored, solvers
 from .model import DATA, NOISE, OneStepFlow
 from .spec import SamplerSpec, sample_spec
 
@@ -120,10 +120,31 @@ class MixtureFlow(OneStepFlow):
         if len(labels) != len(x0):
             raise LinearizerError(f"{len(labels)} components for {len(x0)} noise images")
         out = torch.empty_like(x0)
-        for k in labels.unique().tolist():
-            rows = (labels == k).nonzero().squeeze(1).to(x0.device)
-            out[rows] = super().sample(x0[rows], spec.replace(label=int(k)), **options)
+        rows = {int(k): (labels == k).nonzero().squeeze(1).to(x0.device) for k in labels.unique()}
+        one_step, form = options.get("one_step", True), options.get("form", "auto")
+        solve = [k for k in rows if not self.through_b(spec.replace(label=k), one_step, form)]
+        if solve and options.get("callback") is None:  # the solver's components in one pass
+            for k, x in zip(solve, self._solve_each([x0[rows[k]] for k in solve], solve, spec)):
+                out[rows.pop(k)] = x
+        for k, r in rows.items():
+            out[r] = super().sample(x0[r], spec.replace(label=k), **options)
         return out
+
+    def _solve_each(self, x0s: list[Tensor], ks: list[int], spec: SamplerSpec) -> list[Tensor]:
+        """Each noise batch ``x0s[i]`` through component ``ks[i]`` by the multi-step solver, all
+        components in one batched run (:func:`~linearizer.flow.solvers.integrate_each`)."""
+        specs = [spec.replace(label=k) for k in ks]
+        z0s = [self.encode(x, NOISE) for x in x0s]
+        z1s = solvers.integrate_each(
+            [self.operator(s) for s in specs],
+            [z.to(spec.torch_dtype) for z in z0s],
+            steps=spec.steps,
+            method=spec.method,
+            final=spec.final,
+        )
+        return [
+            self.finish(self.calibrate(z1, s), z0.dtype, s) for z1, z0, s in zip(z1s, z0s, specs)
+        ]
 
     def swap(self, x1: Tensor, spec: SamplerSpec, to: int) -> Tensor:
         """The exact swap: images ``x1`` of component ``spec.label`` to their noise under its

@@ -55,6 +55,7 @@ class OneStepFlow(ImageModel):
                 f"{self.image_shape} flatten to {self.dim}"
             )
         self._cache: dict[tuple, tuple[tuple, Any]] = {}
+        self._digest: tuple[tuple | None, str] = (None, "")
         self._calibration: LatentCalibration | None = None
 
     # one linear generator; the mixture variant (flow.mixture) has one per component
@@ -151,15 +152,17 @@ class OneStepFlow(ImageModel):
         x0: Tensor,
         spec: SamplerSpec | None = None,
         *,
-        one_step: bool = True,
+        one_step: bool | None = True,
         callback: solvers.Callback | None = None,
         form: str = "auto",
         labels: Tensor | None = None,
         **changes: Any,
     ) -> Tensor:
         """Images from noise ``x0`` by ``spec`` (default :class:`SamplerSpec`, ``changes``
-        applied): one matrix product (``one_step``) or the multi-step solver. ``labels``: each
-        row's component, for a mixture (:class:`~linearizer.flow.mixture.MixtureFlow`) only.
+        applied): one matrix product (``one_step``) or the multi-step solver. ``one_step=None``
+        takes B when it is at hand (:meth:`is_cached`) and the solver otherwise, so a few
+        samples never wait for a collapse. ``labels``: each row's component, for a mixture
+        (:class:`~linearizer.flow.mixture.MixtureFlow`) only.
 
         Both agree to rounding. ``spec.dtype`` is the latent working precision; ``form`` the
         one-step matrix's (:meth:`one_step_operator`). ``x0`` is used as given: the spec's
@@ -173,14 +176,29 @@ class OneStepFlow(ImageModel):
             raise LinearizerError("per-row components need a mixture: this model has one generator")
         z0 = self.encode(x0, NOISE)
         work = z0.to(spec.torch_dtype)
-        if one_step:
+        if self.through_b(spec, one_step, form):
             z1 = factored.apply_rows(self.one_step_operator(spec, form=form), work)
         else:
             z1 = self.integrate(work, spec, callback=callback)
+        return self.finish(z1, z0.dtype, spec)
+
+    def through_b(self, spec: SamplerSpec, one_step: bool | None, form: str = "auto") -> bool:
+        """Whether :meth:`sample` goes through B: ``one_step``, or for ``None`` whether B of
+        ``spec`` is at hand (:meth:`is_cached`)."""
+        return self.is_cached(spec, form) if one_step is None else bool(one_step)
+
+    def finish(self, z1: Tensor, dtype: torch.dtype, spec: SamplerSpec) -> Tensor:
+        """Images of the data latents ``z1 = K B z0`` a sampler reached: tau applied when the
+        spec asks for it, decoded in ``dtype``."""
         tau = self.maps(spec)[1]
         if tau is not None:
             z1 = tau(z1)
-        return self.decode(z1.to(z0.dtype), DATA)
+        return self.decode(z1.to(dtype), DATA)
+
+    def calibrate(self, z1: Tensor, spec: SamplerSpec) -> Tensor:
+        """``K z1`` for every row when the spec applies the latent calibration K, else ``z1``."""
+        cal = self.maps(spec)[0]
+        return z1 if cal is None else cal.apply_rows(z1)
 
     def integrate(
         self,
@@ -202,8 +220,7 @@ class OneStepFlow(ImageModel):
             dtype=spec.torch_dtype,
             callback=callback,
         )
-        cal = self.maps(spec)[0]
-        return z1 if cal is None else cal.apply_rows(z1)
+        return self.calibrate(z1, spec)
 
     def _cached(self, key: tuple, build: Callable[[], Any]) -> Any:
         """``build()``, kept under ``key`` until the operator's weights change."""
@@ -213,11 +230,14 @@ class OneStepFlow(ImageModel):
             hit = self._cache[key] = (version, build())
         return hit[1]
 
-    def is_cached(self, spec: SamplerSpec) -> bool:
-        """Whether the dense B of ``spec`` is built and current (no collapse on next use)."""
-        key = ("dense", spec.schedule, spec.dtype, self.maps(spec)[0] is not None, spec.condition)
-        hit = self._cache.get(key)
-        return hit is not None and hit[0] == _weights_version(self.op)
+    def is_cached(self, spec: SamplerSpec, form: str = "dense") -> bool:
+        """Whether B of ``spec`` is at hand without a collapse: built in this process since the
+        weights last changed, or stored in the disk cache (:mod:`linearizer.flow.bcache`)."""
+        form = self._form(form)
+        hit = self._cache.get(self._memory_key(spec, form))
+        if hit is not None and hit[0] == _weights_version(self.op):
+            return True
+        return bcache.has(self._disk_key(spec, form))
 
     def one_step_matrix(self, spec: SamplerSpec | None = None, **changes: Any) -> Tensor:
         """The collapsed B of ``spec`` (``z1 = B z0``, K composed in when the spec applies it)
@@ -230,8 +250,7 @@ class OneStepFlow(ImageModel):
         """B of ``spec`` dense (:meth:`one_step_matrix`) or factored ``c I + U V^T``
         (:mod:`linearizer.flow.factored`); ``form="auto"`` factors large latents."""
         spec = sample_spec(spec, **changes)
-        if form == "auto" and self.dim < factored.MIN_FACTORED_DIM:
-            form = "dense"
+        form = self._form(form)
         cal = self.maps(spec)[0]
 
         def build() -> Tensor | factored.FactoredMatrix:
@@ -247,20 +266,36 @@ class OneStepFlow(ImageModel):
 
         def stored() -> Tensor | factored.FactoredMatrix:
             # kept across processes too: a mixture's first call would otherwise build K of them
-            parts = (self.op,) if cal is None else (self.op, cal.basis, cal.core)
             device = next(self.op.parameters()).device
-            disk_key = {
-                "weights": bcache.weights_digest(*parts),
-                "schedule": list(spec.schedule),
-                "dtype": spec.dtype,
-                "form": form,
-                "condition": list(spec.condition),
-                "device": device.type,
-            }
-            return bcache.cached(disk_key, build, device=device)
+            return bcache.cached(self._disk_key(spec, form), build, device=device)
 
-        key = (form, spec.schedule, spec.dtype, cal is not None, spec.condition)
-        return self._cached(key, stored)
+        return self._cached(self._memory_key(spec, form), stored)
+
+    def _form(self, form: str) -> str:
+        return "dense" if form == "auto" and self.dim < factored.MIN_FACTORED_DIM else form
+
+    def _memory_key(self, spec: SamplerSpec, form: str) -> tuple:
+        cal = self.maps(spec)[0]
+        return (form, spec.schedule, spec.dtype, cal is not None, spec.condition)
+
+    def _disk_key(self, spec: SamplerSpec, form: str) -> dict[str, Any]:
+        """Everything B depends on: the weights (and K's), the schedule, dtype, form and
+        condition, and the device it is built on (its rounding depends on it)."""
+        cal = self.maps(spec)[0]
+        if cal is not None:
+            digest = bcache.weights_digest(self.op, cal.basis, cal.core)
+        else:  # one hash per weights, not one per component
+            if self._digest[0] != _weights_version(self.op):
+                self._digest = (_weights_version(self.op), bcache.weights_digest(self.op))
+            digest = self._digest[1]
+        return {
+            "weights": digest,
+            "schedule": list(spec.schedule),
+            "dtype": spec.dtype,
+            "form": form,
+            "condition": list(spec.condition),
+            "device": next(self.op.parameters()).device.type,
+        }
 
     def invert(self, x1: Tensor, b: Tensor | factored.FactoredMatrix) -> Tensor:
         """Noise whose one-step sample through ``b`` is ``x1``: ``g_noise^-1(B^-1 g_data(x1))``.

@@ -26,12 +26,12 @@ Methods (one signature, see :func:`integrate`):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..errors import LinearizerError
 from ..operators.base import LinearOperator
@@ -87,35 +87,95 @@ METHODS = tuple(SAMPLERS)
 
 
 class _Factors:
-    """A(t) at a fixed list of times, evaluated once in chunks and cast to the working dtype."""
+    """A(t) at a fixed list of times, evaluated in chunks of ``chunk`` times and cast to the
+    working dtype: all of them at once (``lazy=False``, the table a collapse slices), or one
+    chunk at a time as the steps reach it (``lazy=True``, what the multi-step solver reads: the
+    memory of two chunks instead of T factors). Both evaluate the same chunks, so they read the
+    same factors bit for bit. Small chunks keep the hypernetwork's output in the CPU's cache.
+    """
 
     def __init__(
-        self, op: LinearOperator, times: list[float], dtype: torch.dtype, chunk: int = 256
+        self,
+        op: LinearOperator,
+        times: list[float],
+        dtype: torch.dtype,
+        chunk: int = 16,
+        lazy: bool = False,
     ) -> None:
         self.index = {t: k for k, t in enumerate(dict.fromkeys(times))}
-        unique = list(self.index)
-        ref = next(op.parameters())
+        self.op, self.dtype, self.chunk, self.lazy = op, dtype, chunk, lazy
         self.u: Tensor | None = None
         self.v: Tensor | None = None
         self.mats: list[Tensor] = []
+        self._held: dict[int, tuple] = {}  # lazy: chunk number -> its factors, op's dtype
+        self._buffers: dict[int, Tensor] = {}
+        if not lazy:
+            for s in range(0, len(self.index), chunk):
+                self._keep(s, self._evaluate(s))
+
+    def _evaluate(self, start: int) -> tuple:
+        """``(U, V)`` ``[n, D, r]`` of the chunk starting at ``start``, or ``(None, matrices)``
+        for an operator without low-rank factors; in the operator's dtype."""
+        ref = next(self.op.parameters())
+        times = list(self.index)[start : start + self.chunk]
+        tt = torch.tensor(times, dtype=ref.dtype, device=ref.device)
         with torch.no_grad():
-            for s in range(0, len(unique), chunk):
-                tt = torch.tensor(unique[s : s + chunk], dtype=ref.dtype, device=ref.device)
-                fac = op.factors(tt)
-                if fac is None:
-                    self.mats.extend(op.matrix(float(t)).to(dtype) for t in tt)
-                    continue
-                if self.u is None:  # filled in place: one cast-and-copy pass, no concatenation
-                    kw = {"dtype": dtype, "device": ref.device}
-                    self.u = torch.empty(len(unique), *fac[0].shape[-2:], **kw)
-                    self.v = torch.empty(len(unique), *fac[1].shape[-2:], **kw)
-                # A one-element chunk may come back unbatched ([D, r]).
-                self.u[s : s + len(tt)].copy_(fac[0].reshape(len(tt), *fac[0].shape[-2:]))
-                self.v[s : s + len(tt)].copy_(fac[1].reshape(len(tt), *fac[1].shape[-2:]))
+            fac = self.op.factors(tt)
+            if fac is None:
+                return None, [self.op.matrix(float(t)) for t in tt]
+        # A one-element chunk may come back unbatched ([D, r]); stacked operators give lists.
+        return tuple(f if isinstance(f, list) or f.dim() > 2 else f.unsqueeze(0) for f in fac)
+
+    def _keep(self, start: int, fac: tuple) -> None:
+        if fac[0] is None:
+            self.mats.extend(m.to(self.dtype) for m in fac[1])
+            return
+        if self.u is None:  # filled in place: one cast-and-copy pass, no concatenation
+            kw = {"dtype": self.dtype, "device": fac[0].device}
+            self.u = torch.empty(len(self.index), *fac[0].shape[1:], **kw)
+            self.v = torch.empty(len(self.index), *fac[1].shape[1:], **kw)
+        self.u[start : start + len(fac[0])].copy_(fac[0])
+        self.v[start : start + len(fac[1])].copy_(fac[1])
+
+    def _lazy(self, k: int) -> tuple[Tensor | None, Tensor]:
+        """Time ``k``'s ``(U, V)`` (or ``(None, A)``) in the working dtype, copied into two
+        buffers reused by every step (a fresh cast per step would fault its pages in anew)."""
+        number = k // self.chunk
+        if number not in self._held:
+            # steps move forward: a step's times may straddle two chunks, never three
+            self._held = {n: f for n, f in self._held.items() if n == number - 1}
+            self._held[number] = self._evaluate(number * self.chunk)
+        first, second = self._held[number]
+        i = k - number * self.chunk
+        if first is None:
+            return None, second[i].to(self.dtype)
+        return self._into(0, first, i), self._into(1, second, i)
+
+    def _into(self, slot: int, parts: Tensor | list[Tensor], i: int) -> Tensor:
+        """``parts[i]`` (or ``stack([p[i] for p in parts])`` for stacked operators) cast into
+        buffer ``slot``."""
+        rows = parts if isinstance(parts, list) else [parts]
+        shape = (len(rows), *rows[0].shape[1:]) if isinstance(parts, list) else parts.shape[1:]
+        if slot not in self._buffers:
+            self._buffers[slot] = torch.empty(shape, dtype=self.dtype, device=rows[0].device)
+        buf = self._buffers[slot]
+        for j, p in enumerate(rows):
+            (buf[j] if isinstance(parts, list) else buf).copy_(p[i])
+        return buf
 
     def apply(self, z: Tensor, t: float) -> Tensor:
         """``A(t) z`` for every row of ``z``."""
         k = self.index[t]
+        if self.lazy:
+            u, v = self._lazy(k)
+            counts = getattr(self.op, "counts", None)
+            if counts is None:
+                return z @ v.T if u is None else (z @ v) @ u.T
+            # stacked operators: u, v [K, D, r] (or v [K, D, D]), z rows grouped by operator
+            parts = z.split(counts)
+            if u is None:
+                return torch.cat([p @ v[j].T for j, p in enumerate(parts)])
+            return torch.cat([(p @ v[j]) @ u[j].T for j, p in enumerate(parts)])
         if self.u is not None:
             return (z @ self.v[k]) @ self.u[k].T
         return z @ self.mats[k].T
@@ -149,7 +209,8 @@ def integrate(
     """Integrate the latent flow from t = 0 for a batch of flattened latents ``z [B, D]``.
 
     ``dtype`` is the working precision (default: ``z``'s); A's factors are evaluated in the
-    operator's own dtype and cast. ``callback`` receives ``{"i", "t", "steps", "z"}`` after
+    operator's own dtype, a few times at once as the steps reach them, and cast (the memory of a
+    few steps' factors, not T's). ``callback`` receives ``{"i", "t", "steps", "z"}`` after
     each step.
 
     >>> from linearizer.operators.dense import Dense
@@ -158,8 +219,57 @@ def integrate(
     >>> integrate(op, z, steps=4, method="euler", final="skip").shape
     torch.Size([1, 3])
     """
-    sched = Schedule(op, steps, method, final, dtype or z.dtype)
+    sched = Schedule(op, steps, method, final, dtype or z.dtype, lazy=True)
     return sched.propagate(z.to(sched.dtype), callback)
+
+
+def integrate_each(
+    ops: Sequence[LinearOperator],
+    zs: Sequence[Tensor],
+    *,
+    steps: int,
+    method: str,
+    final: str,
+    dtype: torch.dtype | None = None,
+) -> list[Tensor]:
+    """``integrate(ops[k], zs[k])`` for every ``k`` in one pass: the rows go through every step
+    together, each group through its own operator, so a mixture's few samples per component
+    cost one solver run, not K.
+
+    >>> from linearizer.operators.dense import Dense
+    >>> ops = [Dense(torch.eye(3, dtype=torch.float64) * s) for s in (0.5, 2.0)]
+    >>> zs = [torch.ones(1, 3, dtype=torch.float64), torch.ones(2, 3, dtype=torch.float64)]
+    >>> [z.shape[0] for z in integrate_each(ops, zs, steps=4, method="euler", final="skip")]
+    [1, 2]
+    """
+    dtype = dtype or zs[0].dtype
+    stack = _Stack(ops, [len(z) for z in zs])
+    rows = torch.cat([z.to(dtype) for z in zs])
+    out = Schedule(stack, steps, method, final, dtype, lazy=True).propagate(rows, None)
+    return list(out.split(stack.counts))
+
+
+class _Stack(nn.Module):
+    """Operators side by side for :func:`integrate_each`, and how many rows each applies to:
+    ``factors(t)``, each operator's own factors at the same times (so each reads what it reads
+    alone), or ``matrix(t)`` ``[K, D, D]`` when they have no common low-rank shape."""
+
+    def __init__(self, ops: Sequence[LinearOperator], counts: list[int]) -> None:
+        super().__init__()
+        self.ops = nn.ModuleList(ops)
+        self.counts = counts  # rows per operator, in order
+        self.in_features = ops[0].in_features
+
+    def factors(self, tt: Tensor) -> tuple[list[Tensor], list[Tensor]] | None:
+        """Each operator's ``(U, V)`` ``[n, D, r]`` at times ``tt``, as two lists (never
+        stacked: the solver copies one time's factors at a time)."""
+        facs = [op.factors(tt) for op in self.ops]
+        if any(f is None for f in facs) or len({f[0].shape for f in facs}) > 1:
+            return None
+        return tuple([f[j].reshape(len(tt), *f[j].shape[-2:]) for f in facs] for j in (0, 1))
+
+    def matrix(self, t: float) -> Tensor:
+        return torch.stack([op.matrix(t) for op in self.ops])
 
 
 def collapse(
@@ -210,6 +320,8 @@ class Schedule:
 
     :meth:`blocks` yields ``(start, block_factors, span)`` per block: the block maps the matrix
     ``Y0`` it starts from to ``span.pi * Y0 + (U_blk @ span.r) @ (V_blk^T @ Y0)``.
+    ``lazy``: A's factors are evaluated as the steps reach them (:meth:`propagate` only; a
+    collapse reads the whole table).
     """
 
     def __init__(
@@ -220,6 +332,7 @@ class Schedule:
         final: str,
         dtype: torch.dtype,
         block: int | None = None,
+        lazy: bool = False,
     ) -> None:
         if method not in METHODS:
             raise LinearizerError(f"unknown sampling method {method!r}; choose one of {METHODS}")
@@ -234,7 +347,8 @@ class Schedule:
         self.device = next(op.parameters()).device
         self.plan = [SAMPLERS[method].times(i, self.h) for i in range(steps - 1)]
         self.extra = [1.0 - self.h] if final == "predict" else []
-        self.fac = _Factors(op, [t for ts in self.plan for t in ts] + self.extra, dtype)
+        times = [t for ts in self.plan for t in ts] + self.extra
+        self.fac = _Factors(op, times, dtype, lazy=lazy)
         if block is None and self.fac.u is not None:
             block = max(1, 128 // (self.fac.u.shape[-1] * SAMPLERS[method].new_times))
         self.block = block or 1
