@@ -304,3 +304,8 @@ def test_integrate_each_is_integrate_per_operator(ops, method):
         want = solvers.integrate(op, z, steps=30, method=method, final="predict")
         assert g.shape == z.shape
         assert_near(g, want, eps_factor=100)
+
+
+def test_integrate_each_needs_one_batch_per_operator():
+    with pytest.raises(LinearizerError, match="one batch per operator"):
+        solvers.integrate_each([SmoothLoRA()], [], steps=4, method="euler", final="skip")

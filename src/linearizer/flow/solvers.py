@@ -102,7 +102,8 @@ class _Factors:
         chunk: int = 16,
         lazy: bool = False,
     ) -> None:
-        self.index = {t: k for k, t in enumerate(dict.fromkeys(times))}
+        self.times = list(dict.fromkeys(times))
+        self.index = {t: k for k, t in enumerate(self.times)}
         self.op, self.dtype, self.chunk, self.lazy = op, dtype, chunk, lazy
         self.u: Tensor | None = None
         self.v: Tensor | None = None
@@ -117,8 +118,9 @@ class _Factors:
         """``(U, V)`` ``[n, D, r]`` of the chunk starting at ``start``, or ``(None, matrices)``
         for an operator without low-rank factors; in the operator's dtype."""
         ref = next(self.op.parameters())
-        times = list(self.index)[start : start + self.chunk]
-        tt = torch.tensor(times, dtype=ref.dtype, device=ref.device)
+        tt = torch.tensor(
+            self.times[start : start + self.chunk], dtype=ref.dtype, device=ref.device
+        )
         with torch.no_grad():
             fac = self.op.factors(tt)
             if fac is None:
@@ -242,6 +244,10 @@ def integrate_each(
     >>> [z.shape[0] for z in integrate_each(ops, zs, steps=4, method="euler", final="skip")]
     [1, 2]
     """
+    if len(ops) != len(zs) or not ops:
+        raise LinearizerError(
+            f"integrate_each needs one batch per operator, got {len(zs)} for {len(ops)}"
+        )
     dtype = dtype or zs[0].dtype
     stack = _Stack(ops, [len(z) for z in zs])
     rows = torch.cat([z.to(dtype) for z in zs])
