@@ -207,3 +207,25 @@ def test_noise_mean_measures_the_mean_against_the_noise_latents(tmp_path):
     bad = subprocess.run([*cmd[:2], str(plain)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "has no noise mean" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_linearity_stages_splits_the_float32_error_by_stage(tmp_path):
+    """benchmarks/linearity_stages.py on a smoke run: every stage in float64 is exact to
+    float64 rounding, all in float32 is not; a folder that is no run is one line."""
+    from linearizer.cli.main import main
+
+    run = tmp_path / "run"
+    assert (
+        main(["train", "flow", "--preset", "smoke", "--out", str(run), "--set", "progress=false"])
+        == 0
+    )
+    out = tmp_path / "stages.json"
+    cmd = [sys.executable, str(BENCH / "linearity_stages.py"), str(run), "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["float64"]: r for r in json.loads(out.read_text())["rows"]}
+    exact, rounded = rows["all float64"], rows["all float32"]
+    assert max(exact["a_neg"], exact["a_pos"]) < 1e-10
+    assert max(rounded["a_neg"], rounded["a_pos"]) > 1e3 * max(exact["a_neg"], exact["a_pos"])
+    bad = subprocess.run([*cmd[:2], str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr

@@ -67,6 +67,7 @@ J = {
     "oddeqt": "docs/mixture/odd-mean-2026-12-07/equal_time/evaluation.json",
     "oddrate": "docs/mixture/odd-mean-2026-12-07/step_rate.json",
     "first_call": "docs/mixture/first_call.json",
+    "stages": "docs/flow/stages-2026-12-07/linearity_stages.json",
     "first_call_b": "docs/mixture/first_call_one_step.json",
     "first_call_old": "docs/mixture/first_call-2026-12-05.json",
     "odd_mix": "docs/flow/odd-noise-2026-12-05/mixture-s0/claims.json",
@@ -1295,6 +1296,16 @@ CHECKS += (
                 v("first_call_old", "seconds/pretrained:mnist-mix/first"),
                 v("first_call_old", "seconds/pretrained:mnist/first"),
                 v("first_call_old", "ratio_second_to_first/first"),
+            ],
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| all float32 | {} | {} | | noise side float64 | {} | {} | | B float64 | {} | {} | "
+            "| data side float64 | {} | {} |",
+            [
+                v("stages", f"rows/float64={name}/{key}", "e1")
+                for name in ("all float32", "noise side float64", "B float64", "data side float64")
+                for key in ("a_neg", "a_pos")
             ],
         ),
         (
