@@ -154,15 +154,18 @@ class _Factors:
         return self._into(0, first, i), self._into(1, second, i)
 
     def _into(self, slot: int, parts: Tensor | list[Tensor], i: int) -> Tensor:
-        """``parts[i]`` (or ``stack([p[i] for p in parts])`` for stacked operators) cast into
-        buffer ``slot``."""
-        rows = parts if isinstance(parts, list) else [parts]
-        shape = (len(rows), *rows[0].shape[1:]) if isinstance(parts, list) else parts.shape[1:]
-        if slot not in self._buffers:
-            self._buffers[slot] = torch.empty(shape, dtype=self.dtype, device=rows[0].device)
-        buf = self._buffers[slot]
-        for j, p in enumerate(rows):
-            (buf[j] if isinstance(parts, list) else buf).copy_(p[i])
+        """``parts[i]`` cast into buffer ``slot``; for stacked operators (a list of their
+        factors) each one's ``[i]`` into its row of a ``[K, D, r]`` buffer."""
+        stacked = isinstance(parts, list)
+        buf = self._buffers.get(slot)
+        if buf is None:
+            shape = (len(parts), *parts[0].shape[1:]) if stacked else parts.shape[1:]
+            buf = self._buffers[slot] = torch.empty(shape, dtype=self.dtype, device=parts[0].device)
+        if stacked:
+            for j, p in enumerate(parts):
+                buf[j].copy_(p[i])
+        else:
+            buf.copy_(parts[i])
         return buf
 
     def apply(self, z: Tensor, t: float) -> Tensor:
