@@ -67,7 +67,7 @@ def test_classes_give_different_operators(model):
 @pytest.mark.parametrize("method", ["euler", "rk4"])
 @pytest.mark.parametrize("label,guidance", [(0, 0.0), (1, 0.0), (2, 2.0), (0, 4.0), (1, 0.5)])
 def test_one_step_equals_multi_step_per_class_and_guidance(model, method, label, guidance):
-    spec = SamplerSpec(steps=40, method=method, label=label, guidance=guidance)
+    spec = SamplerSpec(steps=40, method=method, component=label, guidance=guidance)
     x0 = torch.randn(6, *model.image_shape, dtype=F64)
     with torch.no_grad():
         z0 = model.encode(x0, 0.0)
@@ -78,7 +78,7 @@ def test_one_step_equals_multi_step_per_class_and_guidance(model, method, label,
 
 def test_guided_matrix_is_the_guided_multi_step_velocity(model):
     """B_{c,w} collapses (1 + w) v_c - w v_null: one Euler step by hand against the solver."""
-    spec = SamplerSpec(steps=2, final="skip", label=1, guidance=2.0)
+    spec = SamplerSpec(steps=2, final="skip", component=1, guidance=2.0)
     z0 = torch.randn(3, model.dim, dtype=F64)
     a = 3 * model.op.matrix(0.0, c=1) - 2 * model.op.matrix(0.0, c=CLASSES)
     h = 0.5  # z(h) = z0 + h (A z0 - z0) / (1 - 0)
@@ -86,7 +86,7 @@ def test_guided_matrix_is_the_guided_multi_step_velocity(model):
 
 
 def test_inversion_given_a_class_and_the_swap_are_exact(model):
-    spec = SamplerSpec(steps=30, final="skip", label=2)
+    spec = SamplerSpec(steps=30, final="skip", component=2)
     x0 = torch.randn(5, *model.image_shape, dtype=F64)
     x = model.sample(x0, spec)
     b = model.one_step_matrix(spec)
@@ -94,9 +94,9 @@ def test_inversion_given_a_class_and_the_swap_are_exact(model):
     assert_near(model.encode(back, 0.0), model.encode(x0, 0.0), eps_factor=1e5)
     y = model.swap(x, spec, 0)
     assert db(y, x) < 80  # another class: another image
-    assert_near(model.swap(y, spec.replace(label=0), 2), x, eps_factor=1e5)
+    assert_near(model.swap(y, spec.replace(component=0), 2), x, eps_factor=1e5)
     # the swap keeps the noise: y is what class 0's generator makes of x's noise
-    assert_near(y, model.sample(x0, spec.replace(label=0)), eps_factor=1e5)
+    assert_near(y, model.sample(x0, spec.replace(component=0)), eps_factor=1e5)
 
 
 def test_mixture_samples_each_row_with_its_class(model):
@@ -106,22 +106,22 @@ def test_mixture_samples_each_row_with_its_class(model):
     mixed = model.sample(x0, spec, labels=labels)
     for c in range(CLASSES):
         rows = labels == c
-        assert_near(mixed[rows], model.sample(x0[rows], spec.replace(label=c)), eps_factor=100)
+        assert_near(mixed[rows], model.sample(x0[rows], spec.replace(component=c)), eps_factor=100)
 
 
 def test_refusals(model, run):
     with pytest.raises(LinearizerError, match="give one class"):
         model.one_step_matrix(SamplerSpec(steps=10))
     with pytest.raises(LinearizerError, match="out of range"):
-        model.one_step_matrix(SamplerSpec(steps=10, label=CLASSES))
+        model.one_step_matrix(SamplerSpec(steps=10, component=CLASSES))
     with pytest.raises(LinearizerError, match="integer >= 0"):
-        SamplerSpec(label=-1)
+        SamplerSpec(component=-1)
     with pytest.raises(LinearizerError, match="not fitted for class-conditional"):
         from linearizer.flow.calibration import fit_calibration
 
         fit_calibration(model, torch.rand(4, *model.image_shape), n=4)
     unconditional = build_flow(resolve("flow", "smoke"))
-    for spec in (SamplerSpec(steps=10, label=1), SamplerSpec(steps=10, guidance=1.0)):
+    for spec in (SamplerSpec(steps=10, component=1), SamplerSpec(steps=10, guidance=1.0)):
         with pytest.raises(LinearizerError, match="need a class-conditional model"):
             unconditional.one_step_matrix(spec)
     with pytest.raises(LinearizerError, match="not class-conditional"):
@@ -173,7 +173,7 @@ class TestGuidedGenerator(LinearizerTests):
         self.flow = model
 
     def build(self):
-        f = self.flow.generator(SamplerSpec(steps=20, final="skip", label=1, guidance=1.5))
+        f = self.flow.generator(SamplerSpec(steps=20, final="skip", component=1, guidance=1.5))
         return f.g_x, f.A, f.g_y
 
     def sample_x(self, n):
@@ -201,7 +201,7 @@ def test_cli_sample_class_swap_and_evaluate(run, tmp_path, capsys):
         == 0
     )
     meta = json.loads((tmp_path / "s" / "samples.json").read_text())
-    assert meta["spec"]["label"] == 1 and meta["spec"]["guidance"] == 2.0
+    assert meta["spec"]["component"] == 1 and meta["spec"]["guidance"] == 2.0
     assert meta["labels"] == [1] * 6
     assert (
         main(

@@ -193,7 +193,7 @@ def test_conditional_generate_one_class_and_the_mixture(cond):
     assert "Class-conditional: 3 classes" in cond.describe()
     one, multi, text = f.generate(0, 4, 10, "euler", "1", 2.0)
     assert "class 1, guidance 2**" in text and "PSNR" in text
-    spec = f.spec.replace(steps=10, method="euler", label=1, guidance=2.0)
+    spec = f.spec.replace(steps=10, method="euler", component=1, guidance=2.0)
     with torch.no_grad():
         want = f.model.sample(_x0(f, 0, 4), spec)
     assert np.array_equal(one, picture(want, 4))
@@ -202,7 +202,9 @@ def test_conditional_generate_one_class_and_the_mixture(cond):
     labels = f.model.draw_labels(4, torch.Generator().manual_seed(0))
     assert f"classes {', '.join(map(str, labels.tolist()))} drawn from the training" in text
     with torch.no_grad():
-        want = f.model.sample(_x0(f, 0, 4), spec.replace(label=None, guidance=0.0), labels=labels)
+        want = f.model.sample(
+            _x0(f, 0, 4), spec.replace(component=None, guidance=0.0), labels=labels
+        )
     assert np.array_equal(mixed, picture(want, 4))
     for label, w, message in (
         ("7", 0.0, "class 7 is out of range"),
@@ -242,7 +244,7 @@ def test_conditional_invert_and_swap(cond):
     one, _ = f.swap(sample, "1", "2")
     x = f.model_input(sample)
     with torch.no_grad():
-        want = f.model.swap(x, f.walk_spec.replace(label=1), 2)
+        want = f.model.swap(x, f.walk_spec.replace(component=1), 2)
     assert np.array_equal(one, picture(torch.cat([x, want]), nrow=2))
     assert float((want - x).abs().max()) > 1e-3  # another class: another picture
     _, _, text = f.interpolate(sample, f.sample_picture(1, "1"), 4, "1")

@@ -87,7 +87,7 @@ def test_a_damaged_record_is_one_line(tmp_path):
 
 def test_class_without_guidance_takes_the_recommended(runs, tmp_path, capsys):
     meta = sample(runs["recommended"], tmp_path, "--class", "1")
-    assert meta["spec"]["label"] == 1 and meta["spec"]["guidance"] == 0.75
+    assert meta["spec"]["component"] == 1 and meta["spec"]["guidance"] == 0.75
     assert "recommended" in meta["guidance"]
     out = capsys.readouterr().out
     assert "guidance 0.75: the model's recommended" in out

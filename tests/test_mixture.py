@@ -89,7 +89,7 @@ def test_kmeans_finds_separated_clusters_and_is_seeded():
 
 @pytest.mark.parametrize("k", range(K))
 def test_one_step_equals_multi_step_per_component(model, k):
-    spec = SamplerSpec(steps=30, label=k)
+    spec = SamplerSpec(steps=30, component=k)
     x0 = torch.randn(4, *model.image_shape, dtype=F64, generator=torch.Generator().manual_seed(k))
     one = model.sample(x0, spec)
     multi = model.sample(x0, spec, one_step=False)
@@ -99,7 +99,7 @@ def test_one_step_equals_multi_step_per_component(model, k):
 def test_components_are_different_generators_and_the_mixture_routes_rows(model):
     spec = SamplerSpec(steps=20)
     x0 = torch.randn(6, *model.image_shape, dtype=F64)
-    per = [model.sample(x0, spec.replace(label=k)) for k in range(K)]
+    per = [model.sample(x0, spec.replace(component=k)) for k in range(K)]
     assert db(per[0], per[1]) < 60
     labels = torch.tensor([0, 2, 1, 0, 2, 1])
     mixed = model.sample(x0, spec, labels=labels)
@@ -126,10 +126,10 @@ def test_without_a_b_at_hand_the_mixture_runs_one_batched_solver(model, monkeypa
     )
     auto = model.sample(x0, spec, labels=labels, one_step=None)
     assert solved == [K] and not list(tmp_path.glob("*.safetensors"))
-    assert not any(model.is_cached(spec.replace(label=k)) for k in range(K))
-    model.one_step_matrix(spec.replace(label=1))
+    assert not any(model.is_cached(spec.replace(component=k)) for k in range(K))
+    model.one_step_matrix(spec.replace(component=1))
     again = model.sample(x0, spec, labels=labels, one_step=None)
-    assert solved == [K, K - 1] and model.is_cached(spec.replace(label=1))
+    assert solved == [K, K - 1] and model.is_cached(spec.replace(component=1))
     through_b = model.sample(x0, spec, labels=labels)
     assert db(auto, through_b) >= 200 and db(again, through_b) >= 200
 
@@ -161,7 +161,7 @@ def test_inversion_picks_the_component_that_drew_the_image(model):
     hits = 0
     for k in range(K):
         x1 = model.sample(
-            torch.randn(4, *model.image_shape, dtype=F64, generator=gen), spec, label=k
+            torch.randn(4, *model.image_shape, dtype=F64, generator=gen), spec, component=k
         )
         found, scores = model.likeliest(x1, spec)
         assert scores.shape == (4, K) and bool(torch.isfinite(scores).all())
@@ -171,9 +171,9 @@ def test_inversion_picks_the_component_that_drew_the_image(model):
 
 def test_guidance_and_out_of_range_components_are_refused(model):
     with pytest.raises(LinearizerError, match="no null class"):
-        model.one_step_matrix(SamplerSpec(steps=10, label=0, guidance=1.0))
+        model.one_step_matrix(SamplerSpec(steps=10, component=0, guidance=1.0))
     with pytest.raises(LinearizerError, match="out of range"):
-        model.one_step_matrix(SamplerSpec(steps=10, label=K))
+        model.one_step_matrix(SamplerSpec(steps=10, component=K))
     with pytest.raises(LinearizerError, match="give one component"):
         model.one_step_matrix(SamplerSpec(steps=10))
     with pytest.raises(LinearizerError, match="exclude each other"):
@@ -189,13 +189,13 @@ def test_a_one_generator_model_loads_into_a_mixture_as_equal_components():
     mix.load_state_dict(one.state_dict())
     b = one.one_step_matrix(SamplerSpec(steps=10))
     for k in range(K):
-        assert torch.equal(mix.one_step_matrix(SamplerSpec(steps=10, label=k)), b)
+        assert torch.equal(mix.one_step_matrix(SamplerSpec(steps=10, component=k)), b)
 
 
 def test_the_cached_b_follows_the_weights_and_the_spec(model):
-    spec = SamplerSpec(steps=10, label=1)
+    spec = SamplerSpec(steps=10, component=1)
     first = model.one_step_matrix(spec)
-    other = model.one_step_matrix(spec.replace(label=2))
+    other = model.one_step_matrix(spec.replace(component=2))
     assert not torch.equal(first, other)
     moved = copy.deepcopy(model)
     with torch.no_grad():
@@ -214,7 +214,7 @@ class TestComponentGenerator(LinearizerTests):
         self.flow = model
 
     def build(self):
-        f = self.flow.generator(SamplerSpec(steps=20, final="skip", label=2))
+        f = self.flow.generator(SamplerSpec(steps=20, final="skip", component=2))
         return f.g_x, f.A, f.g_y
 
     def sample_x(self, n):

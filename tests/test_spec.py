@@ -61,7 +61,7 @@ def test_every_command_defaults_to_the_runs_spec_and_takes_every_field(command):
         dtype="float32",
         temperature=0.9,
         maps="calibration",
-        label=3,
+        component=3,
         guidance=1.5,
     )
     assert spec_from_args(args, recorded) == want
@@ -80,6 +80,23 @@ def test_a_config_written_before_the_spec_still_loads():
     old = {"sample_steps": 100, "sample_method": "rk4", "sample_temperature": 1.16}
     # the old keys set the training grids only: the run samples with the default schedule
     assert FlowConfig.from_dict(old).sampler == SamplerSpec(temperature=1.16)
+
+
+def test_the_renamed_component_reads_its_old_name_label():
+    stored = {"sampler": {"steps": 50, "label": 3}}
+    assert FlowConfig.from_dict(stored).sampler == SamplerSpec(steps=50, component=3)
+    assert apply_overrides(FlowConfig(), ["sampler.label=4"]).sampler.component == 4
+    with pytest.warns(DeprecationWarning, match="label is renamed component"):
+        assert SamplerSpec(label=2) == SamplerSpec(component=2)
+    with pytest.warns(DeprecationWarning, match="label is renamed component"):
+        assert SamplerSpec(component=5).label == 5
+    with pytest.warns(DeprecationWarning, match="label is renamed component"):
+        assert SamplerSpec().replace(label=1).component == 1
+    with pytest.raises(LinearizerError, match="both"):
+        FlowConfig.from_dict({"sampler": {"label": 1, "component": 1}})
+    with pytest.raises(LinearizerError, match="not both"), pytest.warns(DeprecationWarning):
+        SamplerSpec().replace(label=1, component=1)
+    assert "label" not in SamplerSpec().to_dict()
 
 
 @pytest.mark.parametrize(

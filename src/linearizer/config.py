@@ -19,8 +19,11 @@ which overrides address with dotted names (``model.channels=32``).
 ...     print(e)
 unknown config key 'lrr' (did you mean 'lr'?); valid keys: lr, sizes
 
-A class may list keys it renamed in ``RENAMED`` (``{"hidden": "network.hidden"}``): an old
-flat key, in a run folder's ``config.json`` or an override, is read as its new dotted name.
+A class may list keys it renamed in ``RENAMED``: an old flat key moved into a section
+(``{"hidden": "network.hidden"}``), or a field renamed in place (``{"label": "component"}``). An
+old key, in a run folder's ``config.json`` or an override, is read as its new name; an in-place
+rename also reads (``cfg.label``) and, with :func:`accepts_renamed`, constructs under its old
+name, with a ``DeprecationWarning``.
 Presets and the training settings live in :mod:`linearizer.training.config`.
 """
 
@@ -29,9 +32,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import functools
 import json
 import types
 import typing
+import warnings
 from dataclasses import MISSING, field
 from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
@@ -59,7 +64,7 @@ class Config:
     Not a dataclass itself (it has no fields), so a config may be a frozen dataclass.
     """
 
-    # Old flat keys -> dotted names in a section (not a dataclass field: no annotation).
+    # Old keys -> new names: dotted in a section, or plain in place (not a field: no annotation).
     RENAMED: ClassVar[dict[str, str]] = {}
     # Old keys whose setting no longer exists: read (and dropped) from files written before.
     RETIRED: ClassVar[frozenset[str]] = frozenset()
@@ -74,6 +79,9 @@ class Config:
         target = type(self).RENAMED.get(name)
         if target is None or name in {f.name for f in dataclasses.fields(self)}:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if "." not in target:
+            _warn_renamed(type(self), name, target)
+            return getattr(self, target)
         section, leaf = target.split(".", 1)
         return getattr(getattr(self, section), leaf)
 
@@ -98,7 +106,7 @@ class Config:
             value = data[name]
             if _is_section(hints[name]) and isinstance(value, dict):
                 # A partial section keeps this class's defaults for the keys it leaves out.
-                value = {**_default(fields[name]).to_dict(), **value}
+                value = {**_default(fields[name]).to_dict(), **_nest_renamed(hints[name], value)}
             values[name] = coerce(value, hints[name], _prefix + name)
         try:
             return cls(**values)
@@ -132,11 +140,60 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
+def accepts_renamed(cls: type[C]) -> type[C]:
+    """Let a config dataclass's constructor take its in-place renamed keys (with a warning).
+
+    >>> from dataclasses import dataclass
+    >>> @accepts_renamed
+    ... @dataclass(frozen=True)
+    ... class Spec(Config):
+    ...     RENAMED = {"label": "component"}
+    ...     component: int = option(0, "which component")
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     Spec(label=3).component, Spec(label=3).label, caught[0].category.__name__
+    (3, 3, 'DeprecationWarning')
+    """
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **renamed_kwargs(type(self), kwargs))
+
+    setattr(cls, "__init__", __init__)  # noqa: B010 (mypy refuses assigning to a method)
+    return cls
+
+
+def renamed_kwargs(cls: type[Config], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``cls``'s in-place renamed keys under their new names (with a warning)."""
+    out = dict(kwargs)
+    for old, new in cls.RENAMED.items():
+        if "." in new or old not in out:
+            continue
+        _warn_renamed(cls, old, new, stacklevel=4)  # the caller of __init__ or replace
+        if new in out:
+            raise LinearizerError(f"{cls.__name__}: give {new} or its old name {old}, not both")
+        out[new] = out.pop(old)
+    return out
+
+
+def _warn_renamed(cls: type, old: str, new: str, stacklevel: int = 3) -> None:
+    warnings.warn(
+        f"{cls.__name__}.{old} is renamed {new}; the old name goes in a later release",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+
+
 def _renamed(cls: type[Config], key: str) -> str | None:
-    """The dotted name of an old flat ``key`` when ``cls`` has the section it moved into."""
+    """The new name of an old ``key``: dotted when ``cls`` has the section it moved into, or a
+    field of ``cls`` itself for an in-place rename."""
     target = cls.RENAMED.get(key)
     if target is None:
         return None
+    if "." not in target:
+        return target if target in cls.__dataclass_fields__ and key not in _hints(cls) else None
     section = target.split(".", 1)[0]
     hints = _hints(cls)
     if section not in hints or not _is_section(hints[section]):
@@ -154,6 +211,10 @@ def _nest_renamed(cls: type[Config], data: dict[str, Any]) -> dict[str, Any]:
         target = _renamed(cls, key) if not isinstance(value, dict) else None
         if target is None:
             out[key] = value
+        elif "." not in target:
+            if target in data:
+                raise LinearizerError(f"config has both {key} and its new name {target}")
+            out[target] = value
         else:
             moved.append((target, value))
     for target, value in moved:
@@ -344,6 +405,8 @@ def _set_path(cfg: Config, key: str, raw: str) -> None:
     target: Config = cfg
     for depth, part in enumerate(parts):
         names = [f.name for f in dataclasses.fields(target)]
+        if depth and part not in names:  # an in-place rename inside a section
+            part = parts[depth] = _renamed(type(target), part) or part
         prefix = ".".join(parts[:depth])
         if part not in names:
             valid = [f"{prefix}.{n}" if prefix else n for n in names]

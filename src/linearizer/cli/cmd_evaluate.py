@@ -113,10 +113,10 @@ def _record_guidance(args, run, spec, results: dict, out: Path) -> str:
     w = results["recommended_guidance"]["w"]
     said = "none of the weights swept" if w is None else f"w = {w:g}"
     line = f"recommended guidance: {said} ({results['recommended_guidance']['rule']})"
-    own = run.config.sampler.replace(label=None, guidance=0.0)
+    own = run.config.sampler.replace(component=None, guidance=0.0)
     if str(args.run).startswith("pretrained:"):
         return f"{line}; a shipped model keeps its own"
-    if args.no_ema or spec.replace(label=None, guidance=0.0) != own:
+    if args.no_ema or spec.replace(component=None, guidance=0.0) != own:
         return f"{line}; not recorded: the sweep did not use the run's own sampler and weights"
     path = write_guidance(run.path, results, str(out / "results.json"))
     return f"{line} -> {path} (the default of --class without --guidance)"

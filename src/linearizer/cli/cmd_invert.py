@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         x0, back, conds = torch.empty_like(x1), torch.empty_like(x1), []
         for k in parts.unique().tolist():
             rows = parts == k
-            part_spec = inv if k < 0 else inv.replace(label=int(k))
+            part_spec = inv if k < 0 else inv.replace(component=int(k))
             b = model.one_step_operator(part_spec, form=args.form)
             x0[rows], back[rows] = round_trip(model, x1[rows], b)
             conds.append(condition_number(b))
@@ -61,8 +61,8 @@ def components_of(model, x1: torch.Tensor, spec) -> tuple[torch.Tensor, str]:
     (:meth:`~linearizer.flow.mixture.MixtureFlow.likeliest`); ``-1`` for one generator."""
     if model.components == 1:
         return torch.full((len(x1),), -1), ""
-    if spec.label is not None:
-        return torch.full((len(x1),), spec.label), "given"
+    if spec.component is not None:
+        return torch.full((len(x1),), spec.component), "given"
     return model.likeliest(x1, spec)[0], "most likely: weight, noise density and volume of B_k"
 
 

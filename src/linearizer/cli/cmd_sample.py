@@ -40,10 +40,10 @@ def run(args: argparse.Namespace) -> int:
         x0 = spec.noise(args.n, model.image_shape, gen).to(dtype)
     labels = None
     if model.components > 1:  # one component per sample: the spec's, or drawn for the mixture
-        model.operator(spec.replace(label=spec.label if spec.label is not None else 0))
+        model.operator(spec.replace(component=spec.component if spec.component is not None else 0))
         labels = (
-            torch.full((len(x0),), spec.label)
-            if spec.label is not None
+            torch.full((len(x0),), spec.component)
+            if spec.component is not None
             else model.draw_labels(len(x0), gen)
         )
     else:
@@ -105,7 +105,7 @@ def route(model: OneStepFlow, spec: SamplerSpec, labels: Tensor | None, n: int, 
         groups = [(spec, n)]
     else:
         ks, counts = labels.unique(return_counts=True)
-        groups = [(spec.replace(label=int(k)), int(c)) for k, c in zip(ks, counts)]
+        groups = [(spec.replace(component=int(k)), int(c)) for k, c in zip(ks, counts)]
     at_hand = 0
     for one, count in groups:
         if BUILD_ROWS * count > model.dim:

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         )
     source = _class(args.source, model.classes, "--from")
     targets = _targets(args.to, model.classes)
-    spec = spec.replace(label=source).invertible()
+    spec = spec.replace(component=source).invertible()
     if args.images:
         x = read_image_batch(args.images, model.image_shape, "images file")
     else:
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with torch.no_grad():
         swapped = [model.swap(x, spec, to) for to in targets]
-        back = model.swap(swapped[0], spec.replace(label=targets[0]), source)
+        back = model.swap(swapped[0], spec.replace(component=targets[0]), source)
     psnr = psnr_per_image(x, back)
     out = Path(args.out)
     columns = torch.stack([x, *swapped], 1).flatten(0, 1).float().clamp(0, 1)

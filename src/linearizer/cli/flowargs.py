@@ -30,7 +30,7 @@ def add_spec_options(p: argparse.ArgumentParser, recommended: bool = False) -> N
     from ..flow.spec import SamplerSpec
 
     add_config_options(
-        p, SamplerSpec, flags={"label": ("--class", "--component")}, default_from="the run's"
+        p, SamplerSpec, flags={"component": ("--class", "--component")}, default_from="the run's"
     )
     if recommended:
         for action in p._actions:
@@ -46,16 +46,16 @@ def default_guidance(args: argparse.Namespace, run, classes_given: bool = False)
 
     >>> from types import SimpleNamespace as NS
     >>> run = NS(recommended_guidance=0.75)
-    >>> default_guidance(argparse.Namespace(label=3), run)
+    >>> default_guidance(argparse.Namespace(component=3), run)
     0.75
-    >>> default_guidance(argparse.Namespace(label=3, guidance=0.0), run) is None
+    >>> default_guidance(argparse.Namespace(component=3, guidance=0.0), run) is None
     True
     >>> default_guidance(argparse.Namespace(), run) is None
     True
     """
     if "guidance" in args:
         return None
-    if not classes_given and getattr(args, "label", None) is None:
+    if not classes_given and getattr(args, "component", None) is None:
         return None
     return getattr(run, "recommended_guidance", None)
 

@@ -146,7 +146,7 @@ def _image_class(gr: Any, f: FlowViews) -> list[Any]:
     """A mixture's pickers of the inverted image's component (class) and the one to swap it to."""
     if not f.components:
         return []
-    first = str(f.first.spec.label)
+    first = str(f.first.spec.component)
     label = gr.Dropdown(
         f.class_choices[1:], value=first, label=f"the image's {f.noun}", elem_id="invert-class"
     )

@@ -79,8 +79,9 @@ class FlowViews:
     ``k`` singular directions are offered as sliders; ``spec`` (default: the run's sampler)
     is the sampler of Generate, and with its last interval skipped (invertible) the B that the
     walk and the inversion use; noise is drawn at its temperature. On a class-conditional model
-    the handlers' ``label`` and ``guidance`` default to the spec's (``label`` None there: the
-    mixture), and ``b``/``sigma`` are those of the spec's class (class 0 for the mixture).
+    the handlers' ``component`` and ``guidance`` default to the spec's (``component`` None
+    there: the mixture), and ``b``/``sigma`` are those of the spec's component (0 for the
+    mixture).
     """
 
     def __init__(
@@ -108,7 +109,7 @@ class FlowViews:
         with torch.no_grad():  # the noise the spreads are measured on, shared by every B
             self._scale_z0 = self._encode_noise(self._x0(0, n_scale))
         # the B the page describes: the spec's class (class 0 when the spec is the mixture)
-        first_class = 0 if self.components and self.spec.label is None else self.spec.label
+        first_class = 0 if self.components and self.spec.component is None else self.spec.component
         self.first = first = self.basis(first_class, self.spec.guidance)
         self.b, self.sigma = first.b, first.sigma
 
@@ -135,13 +136,13 @@ class FlowViews:
     @property
     def default_class(self) -> str:
         """The class picker's first value: the spec's class, else the mixture."""
-        return MIXTURE if self.spec.label is None else str(self.spec.label)
+        return MIXTURE if self.spec.component is None else str(self.spec.component)
 
     def parse_class(self, value: int | str | None, *, mixture: bool = True) -> int | None:
         """A picker's value as a class: None (the spec's), ``"mixture"`` (None: classes drawn
         from the training frequencies; refused when ``mixture`` is False) or ``0..C-1``."""
         if value is None:
-            value = MIXTURE if self.spec.label is None else self.spec.label
+            value = MIXTURE if self.spec.component is None else self.spec.component
         if not self.components:
             if value == MIXTURE:
                 return None
@@ -195,13 +196,13 @@ class FlowViews:
         return self.model.draw_labels(count, torch.Generator().manual_seed(int(seed)))
 
     @torch.no_grad()
-    def basis(self, label: int | None, guidance: float = 0.0) -> Basis:
-        """The invertible ``B`` of class ``label`` (None when unconditional) at ``guidance``,
-        and its SVD; built on first use, then kept."""
-        key = (label, float(guidance))
+    def basis(self, component: int | None, guidance: float = 0.0) -> Basis:
+        """The invertible ``B`` of ``component`` (None for one generator) at ``guidance``, and
+        its SVD; built on first use, then kept."""
+        key = (component, float(guidance))
         hit = self._bases.get(key)
         if hit is None:
-            spec = self.walk_spec.replace(label=label, guidance=float(guidance))
+            spec = self.walk_spec.replace(component=component, guidance=float(guidance))
             b = self.model.one_step_matrix(spec)
             f = self.model.generator(spec)
             top, s = f.svd(self.k), f.singular_values()
@@ -210,10 +211,10 @@ class FlowViews:
             hit = self._bases[key] = Basis(spec, b, s, u, v, spread)
         return hit
 
-    def _inversion_basis(self, label: int | str | None) -> Basis:
+    def _inversion_basis(self, component: int | str | None) -> Basis:
         """The B an inversion uses: the image's class (the mixture is refused) at the spec's
         guidance."""
-        return self.basis(self.parse_class(label, mixture=False), self.parse_guidance(None))
+        return self.basis(self.parse_class(component, mixture=False), self.parse_guidance(None))
 
     # -- Generate ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -223,11 +224,11 @@ class FlowViews:
         count: int,
         steps: int,
         method: str,
-        label: int | str | None = None,
+        component: int | str | None = None,
         guidance: float | None = None,
     ) -> tuple[np.ndarray, np.ndarray, str]:
         """One-step (``x = g_data^-1(B g_noise(x0))``) and multi-step samples of the same noise,
-        their PSNR and the time each took. A conditional model samples class ``label`` at
+        their PSNR and the time each took. A conditional model samples component ``component`` at
         ``guidance``; the mixture draws each sample's class (from ``seed``)."""
         steps, count = int(steps), int(count)
         if not 1 <= steps <= MAX_STEPS:
@@ -236,14 +237,14 @@ class FlowViews:
             raise LinearizerError(f"method must be one of {METHODS}, got {method!r}")
         if not 1 <= count <= MAX_COUNT:
             raise LinearizerError(f"count must be in 1..{MAX_COUNT}, got {count}")
-        c, w = self.parse_class(label), self.parse_guidance(guidance)
-        spec = self.spec.replace(steps=steps, method=method, label=c, guidance=w)
+        c, w = self.parse_class(component), self.parse_guidance(guidance)
+        spec = self.spec.replace(steps=steps, method=method, component=c, guidance=w)
         x0 = self._x0(seed, count)
         labels = self._drawn(seed, count) if self.components and c is None else None
         per_class = (
             [spec]
             if labels is None
-            else [spec.replace(label=int(v)) for v in labels.unique().tolist()]
+            else [spec.replace(component=int(v)) for v in labels.unique().tolist()]
         )
         t0 = time.perf_counter()
         cached = all(self.model.is_cached(s) for s in per_class)
@@ -281,15 +282,15 @@ class FlowViews:
         self,
         seed: int,
         coefficients: Sequence[float],
-        label: int | str | None = None,
+        component: int | str | None = None,
         guidance: float | None = None,
     ) -> tuple[np.ndarray, np.ndarray, str]:
         """The sample of noise ``seed`` moved by ``c_i`` standard deviations along the top
         induced singular directions; returns (walked sample, unmoved sample, the combination).
-        A conditional model walks class ``label``'s B at ``guidance`` (the mixture: the class
-        drawn from ``seed``)."""
+        A mixture walks ``component``'s B at ``guidance`` (None: the component drawn from
+        ``seed``)."""
         c = torch.as_tensor([float(x) for x in coefficients], dtype=F64)
-        basis, drawn = self._walk_basis(seed, label, guidance)
+        basis, drawn = self._walk_basis(seed, component, guidance)
         z1, base, predicted = self._walk_latents(seed, c, basis)
         rel = float((z1 - predicted).norm() / z1.norm())
         images = self._decode_data(torch.cat([z1, base]))
@@ -310,10 +311,10 @@ class FlowViews:
         return picture(images[:1]), picture(images[1:]), text
 
     def _walk_basis(
-        self, seed: int, label: int | str | None, guidance: float | None
+        self, seed: int, component: int | str | None, guidance: float | None
     ) -> tuple[Basis, bool]:
         """The B a walk uses, and whether its class was drawn (the mixture)."""
-        c, w = self.parse_class(label), self.parse_guidance(guidance)
+        c, w = self.parse_class(component), self.parse_guidance(guidance)
         drawn = bool(self.components) and c is None
         if drawn:
             c = int(self._drawn(seed, 1)[0])
@@ -321,11 +322,15 @@ class FlowViews:
 
     @torch.no_grad()
     def walk_latents(
-        self, seed: int, c: Tensor, label: int | str | None = None, guidance: float | None = None
+        self,
+        seed: int,
+        c: Tensor,
+        component: int | str | None = None,
+        guidance: float | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Data latents of the walk: ``B (z0 + sum_i c_i s_i v_i)``, ``B z0``, and the induced
         combination ``B z0 + sum_i c_i s_i sigma_i u_i`` (equal to the first up to rounding)."""
-        return self._walk_latents(seed, c, self._walk_basis(seed, label, guidance)[0])
+        return self._walk_latents(seed, c, self._walk_basis(seed, component, guidance)[0])
 
     def _walk_latents(self, seed: int, c: Tensor, basis: Basis) -> tuple[Tensor, Tensor, Tensor]:
         if c.numel() != self.k or not torch.isfinite(c).all():
@@ -339,11 +344,11 @@ class FlowViews:
     # -- Invert & edit -----------------------------------------------------------------------
     @torch.no_grad()
     def invert(
-        self, array: np.ndarray, label: int | str | None = None
+        self, array: np.ndarray, component: int | str | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
         """A picture -> its noise ``x0 = g_noise^-1(B^-1 g_data(x))`` -> regenerated ``f(x0)``;
-        a conditional model inverts under the image's class ``label``."""
-        basis = self._inversion_basis(label)
+        a conditional model inverts under the image's component ``component``."""
+        basis = self._inversion_basis(component)
         x1 = self.model_input(array)
         x0, again = round_trip(self.model, x1, basis.b)
         err = float((again - x1).abs().max())
@@ -358,13 +363,13 @@ class FlowViews:
 
     @torch.no_grad()
     def swap(
-        self, array: np.ndarray, label: int | str | None, to: int | str = ALL
+        self, array: np.ndarray, component: int | str | None, to: int | str = ALL
     ) -> tuple[np.ndarray, str]:
-        """The exact class swap of a picture of class ``label``: its noise under that class's B,
-        drawn as class ``to`` (``"all"``: every class). Returns the strip (the picture, then each
-        swap) and a line with the round trip back to ``label``."""
-        basis = self._inversion_basis(label)
-        source = basis.spec.label
+        """The exact swap of a picture of ``component``: its noise under that component's B,
+        drawn as component ``to`` (``"all"``: every one). Returns the strip (the picture, then
+        each swap) and a line with the round trip back to ``component``."""
+        basis = self._inversion_basis(component)
+        source = basis.spec.component
         targets = (
             list(range(self.components))
             if str(to).strip().lower() == ALL
@@ -374,7 +379,7 @@ class FlowViews:
         swapped = [self.model.swap(x1, basis.spec, t) for t in targets]
         back = torch.cat(
             [
-                self.model.swap(y, basis.spec.replace(label=t), source)
+                self.model.swap(y, basis.spec.replace(component=t), source)
                 for y, t in zip(swapped, targets)
             ]
         )
@@ -391,15 +396,19 @@ class FlowViews:
 
     @torch.no_grad()
     def interpolate(
-        self, first: np.ndarray, second: np.ndarray, frames: int = 8, label: int | str | None = None
+        self,
+        first: np.ndarray,
+        second: np.ndarray,
+        frames: int = 8,
+        component: int | str | None = None,
     ) -> tuple[np.ndarray, np.ndarray, str]:
         """``frames`` images from one picture to another: along the straight line between their
         inverted noises, and along the straight line in the data network's induced space (a
-        conditional model inverts both under class ``label``)."""
+        conditional model inverts both under component ``component``)."""
         frames = int(frames)
         if not 2 <= frames <= MAX_FRAMES:
             raise LinearizerError(f"frames must be in 2..{MAX_FRAMES}, got {frames}")
-        b = self._inversion_basis(label).b
+        b = self._inversion_basis(component).b
         xa, xb = self.model_input(first), self.model_input(second)
         in_noise = interpolate(self.model, xa, xb, b, n=frames, space="noise")
         in_latent = interpolate(self.model, xa, xb, b, n=frames, space="latent")
@@ -410,9 +419,9 @@ class FlowViews:
         return picture(in_noise, nrow=frames), picture(in_latent, nrow=frames), text
 
     @torch.no_grad()
-    def sample_picture(self, seed: int, label: int | str | None = None) -> np.ndarray:
+    def sample_picture(self, seed: int, component: int | str | None = None) -> np.ndarray:
         """A one-step sample of noise ``seed`` (an input when nothing was drawn or uploaded);
-        a conditional model draws class ``label``."""
-        b = self._inversion_basis(label).b
+        a conditional model draws component ``component``."""
+        b = self._inversion_basis(component).b
         x = self._decode_data(self._encode_noise(self._x0(seed, 1)) @ b.T).clamp(0, 1)
         return np.rint(x[0, 0].double().cpu().numpy() * 255).astype(np.uint8)

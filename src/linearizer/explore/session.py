@@ -71,8 +71,8 @@ class Explorer:
         if self.flow:
             f = self.flow
             cond = float(f.sigma[0] / f.sigma[-1])
-            label, w = f.first.spec.condition
-            which = f" of {f.noun} {label}" + (f", guidance {w:g}" if w else "")
+            component, w = f.first.spec.condition
+            which = f" of {f.noun} {component}" + (f", guidance {w:g}" if w else "")
             text += (
                 f" One-step generator f = g_data⁻¹ B g_noise with B = {f.method} T={f.steps}"
                 f"{which if f.components else ''} "

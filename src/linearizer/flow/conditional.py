@@ -113,7 +113,7 @@ def guidance_sweep(
     if not model.classes:
         raise LinearizerError("guidance_sweep needs a class-conditional model")
     opts = opts or EvalOptions()
-    spec = spec.replace(label=None)
+    spec = spec.replace(component=None)
     ref = Reference(reference, load_classifier(), opts)
     gen = torch.Generator().manual_seed(opts.seed)
     noise = spec.noise(opts.n, model.image_shape, gen)

@@ -108,12 +108,12 @@ class MixtureFlow(OneStepFlow):
         labels: Tensor | None = None,
         **changes: Any,
     ) -> Tensor:
-        """With ``spec.label`` None, the mixture: each row's component from ``labels`` (default:
+        """With ``spec.component`` None, the mixture: each row's component from ``labels`` (default:
         drawn from the mixture weights), each row then through its component's exact generator.
         With a component given, that component's generator (:meth:`OneStepFlow.sample`)."""
         options = {k: changes.pop(k) for k in ("one_step", "callback", "form") if k in changes}
         spec = sample_spec(spec, **changes)
-        if spec.label is not None:
+        if spec.component is not None:
             return super().sample(x0, spec, **options)
         self.check_images(x0, "noise")
         labels = self.draw_components(len(x0)) if labels is None else labels.reshape(-1).cpu()
@@ -122,18 +122,18 @@ class MixtureFlow(OneStepFlow):
         out = torch.empty_like(x0)
         rows = {int(k): (labels == k).nonzero().squeeze(1).to(x0.device) for k in labels.unique()}
         one_step, form = options.get("one_step", True), options.get("form", "auto")
-        solve = [k for k in rows if not self.through_b(spec.replace(label=k), one_step, form)]
+        solve = [k for k in rows if not self.through_b(spec.replace(component=k), one_step, form)]
         if solve and options.get("callback") is None:  # the solver's components in one pass
             for k, x in zip(solve, self._solve_each([x0[rows[k]] for k in solve], solve, spec)):
                 out[rows.pop(k)] = x
         for k, r in rows.items():
-            out[r] = super().sample(x0[r], spec.replace(label=k), **options)
+            out[r] = super().sample(x0[r], spec.replace(component=k), **options)
         return out
 
     def _solve_each(self, x0s: list[Tensor], ks: list[int], spec: SamplerSpec) -> list[Tensor]:
         """Each noise batch ``x0s[i]`` through component ``ks[i]`` by the multi-step solver, all
         components in one batched run (:func:`~linearizer.flow.solvers.integrate_each`)."""
-        specs = [spec.replace(label=k) for k in ks]
+        specs = [spec.replace(component=k) for k in ks]
         z0s = [self.encode(x, NOISE) for x in x0s]
         z1s = solvers.integrate_each(
             [self.operator(s) for s in specs],
@@ -147,16 +147,16 @@ class MixtureFlow(OneStepFlow):
         ]
 
     def swap(self, x1: Tensor, spec: SamplerSpec, to: int) -> Tensor:
-        """The exact swap: images ``x1`` of component ``spec.label`` to their noise under its
+        """The exact swap: images ``x1`` of component ``spec.component`` to their noise under its
         generator, ``z0 = B_k^-1 g_data(x1)``, then to component ``to`` with the same noise,
         ``g_data^-1(B_to z0)``. Both B use ``spec.invertible()`` (the last interval skipped), so
         swapping back returns ``x1`` to rounding."""
         spec = spec.invertible()
-        if spec.label is None:
+        if spec.component is None:
             raise LinearizerError("swap needs the images' class (--from)")
         if spec.maps != "none":
             raise LinearizerError("swap applies the trained map alone: use --maps none")
-        b_to = self.one_step_operator(spec.replace(label=int(to)))
+        b_to = self.one_step_operator(spec.replace(component=int(to)))
         z1 = self.encode(x1, DATA).to(spec.torch_dtype)
         z0 = factored.solve_rows(self.one_step_operator(spec), z1)
         return self.decode(factored.apply_rows(b_to, z0).to(x1.dtype), DATA)
@@ -180,7 +180,7 @@ class MixtureFlow(OneStepFlow):
         log_w = self.mixture_weights.double().clamp_min(1e-300).log()
         tau = spec.temperature
         for k in range(self.components):
-            b = self.one_step_operator(spec.replace(label=k), form="dense")
+            b = self.one_step_operator(spec.replace(component=k), form="dense")
             w = torch.linalg.solve(b, z1.T).T
             x0 = self.decode(w.to(x1.dtype), NOISE).reshape(len(x1), -1).double()
             logdet = torch.linalg.slogdet(b.double())[1]

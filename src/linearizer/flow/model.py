@@ -63,8 +63,8 @@ class OneStepFlow(ImageModel):
 
     def operator(self, spec: SamplerSpec) -> LinearOperator:
         """The time-dependent operator ``A(t)`` that ``spec`` integrates."""
-        label, w = spec.condition
-        if label is not None or w:
+        component, w = spec.condition
+        if component is not None or w:
             raise LinearizerError(
                 "--class, --component and --guidance need a class-conditional model (--set "
                 "conditional=true) or a mixture (--set components=K)"

@@ -42,7 +42,7 @@ from typing import Any, Literal, Optional
 
 import torch
 
-from ..config import Config, option
+from ..config import Config, accepts_renamed, option, renamed_kwargs
 from ..errors import LinearizerError
 from .solvers import FINALS, METHODS
 
@@ -50,9 +50,14 @@ MAPS = ("none", "calibration", "transport")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
+@accepts_renamed
 @dataclass(frozen=True)
 class SamplerSpec(Config):
     """Every setting of a flow sampler (see the module docstring for the default's reasons)."""
+
+    # ``label`` said "dataset label" while it picks a mixture component (a class, or a component
+    # found without labels); runs and specs written before still read.
+    RENAMED = {"label": "component"}
 
     steps: int = option(1000, "T: the solver's time grid t_i = i/T (the authors sample at 100)")
     method: Literal["euler", "rk4", "rk4-authors"] = option(
@@ -73,11 +78,11 @@ class SamplerSpec(Config):
         "calibration K, or K and the transport (both fitted after training, by linearizer "
         "calibrate)",
     )
-    label: Optional[int] = option(  # noqa: UP045 (the config reader parses Optional)
+    component: Optional[int] = option(  # noqa: UP045 (the config reader parses Optional)
         None,
-        "class c of a class-conditional model, or component k of a mixture (default: drawn "
-        "from the mixture weights; the sampler is then a mixture of one exact generator per "
-        "component)",
+        "component k of a mixture: class c of a class-conditional model, or a component "
+        "found without labels (default: drawn from the mixture weights; the sampler is then a "
+        "mixture of one exact generator per component)",
     )
     guidance: float = option(
         0.0,
@@ -100,7 +105,7 @@ class SamplerSpec(Config):
         tau = self.temperature
         if not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
             raise LinearizerError(f"sampler temperature must be a finite number > 0, got {tau!r}")
-        c = self.label
+        c = self.component
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 0):
             raise LinearizerError(f"sampler class must be an integer >= 0, got {c!r}")
         w = self.guidance
@@ -109,7 +114,7 @@ class SamplerSpec(Config):
 
     def replace(self, **changes: Any) -> SamplerSpec:
         """A copy with ``changes`` (checked like the constructor's arguments)."""
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **renamed_kwargs(type(self), changes))
 
     @property
     def schedule(self) -> tuple[int, str, str]:
@@ -118,8 +123,9 @@ class SamplerSpec(Config):
 
     @property
     def condition(self) -> tuple[int | None, float]:
-        """``(label, guidance)``: what picks the class operator of a conditional model."""
-        return self.label, float(self.guidance)
+        """``(component, guidance)``: what picks a mixture's operator ``A(t, k)`` (guidance
+        only for a class-conditional model)."""
+        return self.component, float(self.guidance)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -141,8 +147,8 @@ class SamplerSpec(Config):
             f"one-step {self.method}, T = {self.steps}, final {self.final}, {self.dtype}, "
             f"maps {self.maps}"
         )
-        if self.label is not None:
-            line += f", class {self.label}"
+        if self.component is not None:
+            line += f", class {self.component}"
         if self.guidance:
             line += f", guidance {self.guidance:g}"
         return line

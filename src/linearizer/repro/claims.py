@@ -313,7 +313,7 @@ def _round_trip(
     return x0, ctx.by_parts(
         len(x1),
         lambda k, rows: model.sample(
-            x0[rows].to(ctx.device), ctx.spec(ctx.opts.steps, label=k)
+            x0[rows].to(ctx.device), ctx.spec(ctx.opts.steps, component=k)
         ).cpu(),
     )
 
@@ -516,8 +516,8 @@ def _composition_error(ctx: Context, precision: str, k: int) -> float:
     dtype = next(model.parameters()).dtype
     x = ctx.noise(ctx.opts.n, stream=50).to(ctx.device, dtype)
     errs = []
-    for label, rows in ctx.parts(len(x)):
-        f1 = generator(model, ctx.B(ctx.opts.steps, "euler", "float64", label))
+    for component, rows in ctx.parts(len(x)):
+        f1 = generator(model, ctx.B(ctx.opts.steps, "euler", "float64", component))
         u = f1.svd(k).U_lat
         projector = Dense((u @ u.T).to(dtype), trainable=False)
         f2 = model.linearizer_of(projector, DATA, DATA, check_finite=False)  # on g_data's space

@@ -85,7 +85,7 @@ def visited(ctx: Context, x1: Tensor, x2: Tensor, a: Tensor) -> dict[str, dict[s
     with torch.no_grad():
         z1, z2 = (ctx.encode(ctx.model64, x, NOISE).to(ctx.device) for x in (x1, x2))
         y1, y2 = (
-            ctx.by_parts(len(a), lambda k, r, z=z: z[r] @ ctx.B(ctx.opts.steps, label=k).T)
+            ctx.by_parts(len(a), lambda k, r, z=z: z[r] @ ctx.B(ctx.opts.steps, component=k).T)
             for z in (z1, z2)
         )
     a = a[:, None]

@@ -64,22 +64,24 @@ class Context:
 
     @staticmethod
     def spec(
-        steps: int, method: str = "euler", precision: str = "float64", label: int | None = None
+        steps: int, method: str = "euler", precision: str = "float64", component: int | None = None
     ) -> SamplerSpec:
         """The sampler a claim is measured with: the authors' grid, whose last interval is
-        skipped (so B inverts), the trained map alone (of component ``label`` in a mixture)."""
-        return SamplerSpec(steps=steps, method=method, final="skip", dtype=precision, label=label)
+        skipped (so B inverts), the trained map alone (of component ``component`` in a mixture)."""
+        return SamplerSpec(
+            steps=steps, method=method, final="skip", dtype=precision, component=component
+        )
 
     def B(
         self,
         steps: int,
         method: str = "euler",
         precision: str = "float64",
-        label: int | None = None,
+        component: int | None = None,
     ) -> Tensor:
         """The one-step matrix (cached by the model): float64 from the float64 model, or float32
         accumulated in float32 from the float32 model."""
-        return self.pick(precision).one_step_matrix(self.spec(steps, method, precision, label))
+        return self.pick(precision).one_step_matrix(self.spec(steps, method, precision, component))
 
     @cached_property
     def components(self) -> list[int | None]:
@@ -94,12 +96,12 @@ class Context:
         return self.components[0]
 
     def parts(self, n: int) -> list[tuple[int | None, Tensor]]:
-        """``n`` rows dealt over :attr:`components` in turn: ``(label, row indices)`` each."""
+        """``n`` rows dealt over :attr:`components` in turn: ``(component, row indices)`` each."""
         rows, k = torch.arange(n), len(self.components)
         return [(c, rows[rows % k == i]) for i, c in enumerate(self.components) if i < n]
 
     def by_parts(self, n: int, fn: Callable[[int | None, Tensor], Tensor]) -> Tensor:
-        """``fn(label, rows)`` for each of :meth:`parts`, put back in row order."""
+        """``fn(component, rows)`` for each of :meth:`parts`, put back in row order."""
         parts = self.parts(n)
         if len(parts) == 1:
             return fn(*parts[0])
@@ -166,9 +168,9 @@ class Context:
             out[rows] = self._latents(model, z0[rows], steps, method, dtype, one_step, int(k))
         return out
 
-    def _latents(self, model, z0, steps, method, dtype, one_step, label) -> Tensor:
+    def _latents(self, model, z0, steps, method, dtype, one_step, component) -> Tensor:
         z0 = z0.to(self.device)
-        spec = self.spec(steps, method, str(dtype).removeprefix("torch."), label)
+        spec = self.spec(steps, method, str(dtype).removeprefix("torch."), component)
         if one_step:
             return (z0.to(dtype) @ model.one_step_matrix(spec).T).cpu()
         return model.integrate(z0, spec).cpu()

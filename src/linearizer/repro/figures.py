@@ -86,7 +86,7 @@ def interpolation_figure(ctx: Context, path: Path, steps: int = 10) -> Path:
     x0 = model.invert(torch.cat([a, b]), ctx.B(ctx.opts.steps, "euler", "float64", ctx.first))
     alphas = torch.linspace(0, 1, steps, dtype=F64, device=ctx.device)
     noise_path = torch.stack([(1 - t) * x0[0] + t * x0[1] for t in alphas])
-    by_noise = model.sample(noise_path, ctx.spec(ctx.opts.steps, label=ctx.first))
+    by_noise = model.sample(noise_path, ctx.spec(ctx.opts.steps, component=ctx.first))
     space = InducedSpace(Conditioned(model.net, DATA))
     induced = torch.cat([space.interpolate(a, b, float(t)) for t in alphas])
     pixels = torch.cat([(1 - t) * a + t * b for t in alphas])

@@ -230,12 +230,15 @@ def _figures(ctx: Context, folder: Path) -> dict[str, Path]:
     }
     s, sl, k = ctx.opts.steps, ctx.opts.long_steps, ctx.first  # a mixture: its component 0
     extra = {
-        f"euler T={sl}": torch.linalg.svdvals(ctx.B(sl, "euler", label=k)).cpu(),
-        f"rk4 T={s}": torch.linalg.svdvals(ctx.B(s, "rk4", label=k)).cpu(),
-        f"authors' rk T={s}": torch.linalg.svdvals(ctx.B(s, "rk4-authors", label=k)).cpu(),
+        f"euler T={sl}": torch.linalg.svdvals(ctx.B(sl, "euler", component=k)).cpu(),
+        f"rk4 T={s}": torch.linalg.svdvals(ctx.B(s, "rk4", component=k)).cpu(),
+        f"authors' rk T={s}": torch.linalg.svdvals(ctx.B(s, "rk4-authors", component=k)).cpu(),
     }
     result = induced_svd(
-        ctx.model, ctx.spec(s, label=k), k=min(ctx.opts.svd_k, ctx.model.dim), seed=ctx.opts.seed
+        ctx.model,
+        ctx.spec(s, component=k),
+        k=min(ctx.opts.svd_k, ctx.model.dim),
+        seed=ctx.opts.seed,
     )
     svd = render_svd(result, folder, extra)
     paths["spectrum"], paths["svd_directions"] = svd["spectrum"], svd["directions"]
