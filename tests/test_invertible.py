@@ -351,6 +351,38 @@ def test_the_odd_noise_side_is_odd_and_the_data_side_is_free(dtype):
         assert torch.equal(g(-x, noise), -g(x, noise))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_an_odd_data_side_decodes_a_negated_latent_to_one_minus_the_image(dtype):
+    options = dict(dense_blocks=1, img_size=4, logit=0.05, logit_tails="linear", odd_flag=0.0)
+    g = cpu_network(1, 1, hidden=8, flag_norm=True, odd_data=True, **options)
+    g = randomize(g).eval().to(dtype)
+    x = torch.rand(4, 1, 4, 4, dtype=dtype)
+    with torch.no_grad():
+        data, noise = cond_for(4, 1.0, dtype), cond_for(4, 0.0, dtype)
+        z = g(x, data)
+        # the blocks mirror to the bit; only the logit's inverse rounds 1 - x its own way
+        back = g.inverse(-z, data)
+        eps = torch.finfo(dtype).eps
+        torch.testing.assert_close(back, 1 - g.inverse(z, data), rtol=0, atol=4 * eps)
+        assert torch.equal(g(-x, noise), -g(x, noise))  # the noise side stays odd
+    free = cpu_network(1, 1, hidden=8, flag_norm=True, logit=0.05, odd_flag=0.0)
+    free = randomize(free).eval().to(dtype)
+    with torch.no_grad():
+        z = free(x, data)
+        assert (free.inverse(-z, data) - (1 - free.inverse(z, data))).abs().max() > 1e-3
+
+
+def test_an_odd_data_side_needs_the_odd_noise_side_and_a_logit():
+    with pytest.raises(LinearizerError, match="odd_data"):
+        cpu_network(1, 1, hidden=8, flag_norm=True, logit=0.05, odd_data=True)
+    with pytest.raises(LinearizerError, match="odd_data"):
+        cpu_network(1, 1, hidden=8, flag_norm=True, odd_flag=0.0, odd_data=True)
+    with pytest.raises(LinearizerError, match="network.odd_data"):
+        NetworkConfig(odd_data=True, flag_actnorm=True, logit=0.05).validate()
+    with pytest.raises(LinearizerError, match="network.odd_data"):
+        NetworkConfig(odd_data=True, odd_noise=True, flag_actnorm=True).validate()
+
+
 def test_an_odd_noise_side_needs_flag_norm_and_no_dropout():
     with pytest.raises(LinearizerError, match="odd_flag"):
         cpu_network(1, num_blocks=1, hidden=8, odd_flag=0.0)

@@ -86,8 +86,9 @@ class FlagActNorm(InvertibleModule):
     parameters (exactly ``p_0`` or ``p_1`` at the two flags the flow uses), and the
     data-dependent start initialises each flag's pair from the samples that carry that flag
     (a flag missing from the first batch keeps the identity). ``flag=None`` means flag 0.
-    ``odd_flag`` (0 or 1, set after construction) holds that flag's bias at zero, so the map
-    is odd there (:class:`~linearizer.invertible.coupling.AffineCoupling` has the same switch).
+    ``odd_flags`` (a tuple of 0 and/or 1, set after construction) holds those flags' biases at
+    zero, so the map is odd there (:class:`~linearizer.invertible.coupling.AffineCoupling` has
+    the same switch).
 
     >>> norm = FlagActNorm(2)
     >>> x = torch.cat([torch.randn(64, 2, 4, 4), 0.1 * torch.randn(64, 2, 4, 4) + 3])
@@ -109,7 +110,7 @@ class FlagActNorm(InvertibleModule):
         self.bias = nn.Parameter(torch.zeros(2, channels, 1, 1))
         self.log_scale = nn.Parameter(torch.zeros(2, channels, 1, 1))
         self.register_buffer("initialized", torch.zeros((), dtype=torch.uint8))
-        self.odd_flag: float | None = None  # 0 or 1: that flag's bias is held at zero
+        self.odd_flags: tuple[float, ...] = ()  # these flags' biases are held at zero
 
     def _flags(self, x: Tensor, flag: Tensor | None) -> Tensor:
         if flag is None:
@@ -119,10 +120,10 @@ class FlagActNorm(InvertibleModule):
     def _params(self, x: Tensor, flag: Tensor | None) -> tuple[Tensor, Tensor]:
         tau = self._flags(x, flag)
         b0, b1 = self.bias[0], self.bias[1]
-        if self.odd_flag is not None:  # no bias at that flag: the map is odd there
-            b0, b1 = (
-                (torch.zeros_like(b0), b1) if self.odd_flag == 0 else (b0, torch.zeros_like(b1))
-            )
+        if 0.0 in self.odd_flags:  # no bias at an odd flag: the map is odd there
+            b0 = torch.zeros_like(b0)
+        if 1.0 in self.odd_flags:
+            b1 = torch.zeros_like(b1)
         bias = torch.lerp(b0, b1, tau)
         return bias, torch.lerp(self.log_scale[0], self.log_scale[1], tau)
 

@@ -20,12 +20,13 @@ amplified past the image's range (docs/flow/roundtrip.md). Bounded, shift and lo
 saturate there: the coupling is affine with constant coefficients, and its inverse scales an
 error by at most ``exp(clamp)``.
 
-``odd_flag = v`` makes the coupling odd on the rows whose flag is ``v``: there the shift is the
-odd part of the conditioner's, ``(s(u) - s(-u)) / 2``, and the log-scale its even part, so
-``y(-x) = -y(x)``. A network whose every stage is odd at a flag maps ``-z`` to ``-g(z)`` there;
-the flow's noise side then reaches the latents ``a g(x)`` with ``a < 0``, which training never
-visits, by the same computation as ``|a| g(x)``, mirrored (docs/flow/roundtrip.md §10). It
-costs a second conditioner pass over those rows.
+``odd_flags = (v, ...)`` makes the coupling odd on the rows whose flag is one of them: there the
+shift is the odd part of the conditioner's, ``(s(u) - s(-u)) / 2``, and the log-scale its even
+part, so ``y(-x) = -y(x)`` to the bit (IEEE sums and differences are exactly (anti)symmetric).
+A network whose every stage is odd at a flag maps ``-z`` to ``-g(z)`` there; the flow's noise
+side then reaches the latents ``a g(x)`` with ``a < 0``, which training never visits, by the
+same computation as ``|a| g(x)``, mirrored (docs/flow/roundtrip.md §10). It costs a second
+conditioner pass over those rows.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class AffineCoupling(InvertibleModule):
         self.clamp = float(clamp)
         self.clamp_mode = clamp_mode
         self.shift_bound = float(shift_bound)
-        self.odd_flag: float | None = None
+        self.odd_flags: tuple[float, ...] = ()
 
     def _halves(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """``(changed, kept)`` halves of ``x``."""
@@ -117,23 +118,22 @@ class AffineCoupling(InvertibleModule):
             raise LinearizerError(
                 f"conditioner returned {tuple(h.shape)}, expected {expected} (shifts, log-scales)"
             )
-        if self.odd_flag is not None:
-            h = self._odd_rows(h, kept, width, flag, self.odd_flag)
+        if self.odd_flags:
+            h = self._odd_rows(h, kept, width, flag)
         shift = bound_shift(h[:, :width], self.shift_bound)
         return shift, clamp_log_scale(h[:, width:], self.clamp, self.clamp_mode)
 
-    def _odd_rows(
-        self, h: Tensor, kept: Tensor, width: int, flag: Tensor | None, odd: float
-    ) -> Tensor:
-        """``h`` with its rows at flag ``odd`` replaced by the odd shifts and even log-scales
+    def _odd_rows(self, h: Tensor, kept: Tensor, width: int, flag: Tensor | None) -> Tensor:
+        """``h`` with its rows at the odd flags replaced by the odd shifts and even log-scales
         (``flag=None`` is flag 0, as for :class:`FlagActNorm`)."""
         if flag is None:
-            if odd != 0:
+            if 0.0 not in self.odd_flags:
                 return h
             mirror = run_conditioner(self.cond, -kept, None)
             rows = torch.arange(len(kept), device=kept.device)
         else:
-            rows = torch.eq(flag, odd).nonzero().reshape(-1)
+            odd = torch.tensor(self.odd_flags, dtype=flag.dtype, device=flag.device)
+            rows = torch.isin(flag.reshape(-1), odd).nonzero().reshape(-1)
             if not len(rows):
                 return h
             mirror = run_conditioner(self.cond, -kept[rows], flag[rows])
@@ -155,7 +155,7 @@ class AffineCoupling(InvertibleModule):
 
     def extra_repr(self) -> str:
         bound = f", shift_bound={self.shift_bound:g}" if self.shift_bound else ""
-        odd = f", odd_flag={self.odd_flag:g}" if self.odd_flag is not None else ""
+        odd = f", odd_flags={self.odd_flags}" if self.odd_flags else ""
         return (
             f"update={self.update!r}, clamp={self.clamp}, clamp_mode={self.clamp_mode!r}"
             f"{bound}{odd}"

@@ -67,6 +67,13 @@ class NetworkConfig(Config):
         "at the noise flag), so negative scalars of the induced space stay where training was; "
         "needs flag_actnorm, costs a second conditioner pass over noise rows",
     )
+    odd_data: bool = option(
+        False,
+        "cpu network: the blocks odd at the data flag too, after the logit (odd about pixel "
+        "1/2): g_data(1 - x) = -g_data(x), so a negative scalar of the induced space decodes by "
+        "the mirrored computation of a positive one; needs odd_noise and a logit, costs a second "
+        "conditioner pass over data rows",
+    )
     noise_side: Literal["network", "shift"] = option(
         "network",
         "cpu network: g_noise as the flagged blocks (the authors), or the learned shift "
@@ -144,6 +151,10 @@ class NetworkConfig(Config):
                 "config key 'network.odd_noise' needs the cpu network with "
                 "network.flag_actnorm=true and network.dropout=0"
             )
+        if self.odd_data and not (self.odd_noise and self.logit):
+            raise LinearizerError(
+                "config key 'network.odd_data' needs network.odd_noise=true and a network.logit"
+            )
 
 
 def build_network(
@@ -204,5 +215,6 @@ def build_network(
         odd_flag=0.0 if cfg.odd_noise and conditioned else None,  # 0: the flow's noise flag
         shift_flag=0.0 if cfg.noise_side == "shift" and conditioned else None,
         mean_flag=0.0 if cfg.noise_mean and conditioned else None,
+        odd_data=cfg.odd_data and conditioned,
         **({} if conditioned else {"cond_dim": 0}),
     )

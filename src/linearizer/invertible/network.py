@@ -322,6 +322,7 @@ def cpu_network(
     odd_flag: float | None = None,
     shift_flag: float | None = None,
     mean_flag: float | None = None,
+    odd_data: bool = False,
 ) -> InvertibleNetwork:
     """The network of the CPU presets: :class:`SmallCNN` conditioners, zero-initialised.
 
@@ -340,7 +341,10 @@ def cpu_network(
     shifts (:class:`AffineCoupling`); ``logit_tails`` is the data-side logit's
     (:class:`FlagLogit`). ``odd_flag`` (0 or 1; needs ``flag_norm``) makes the network odd at
     that flag, ``g(-x) = -g(x)``: every coupling and every ActNorm is odd there, and the logit
-    acts on flag 1 only, so 0 is the flag it can take beside a logit. ``shift_flag`` (0 or 1;
+    acts on flag 1 only, so 0 is the flag it can take beside a logit. ``odd_data`` (with
+    ``odd_flag=0`` and a logit) makes the blocks odd at flag 1 too, after the logit, which is
+    odd about pixel 1/2: the data side then has ``g(1 - x) = -g(x)``, and a negated data latent
+    decodes to ``1 - x`` by the mirrored computation of ``x``. ``shift_flag`` (0 or 1;
     needs ``img_size``) makes that flag's side the learned shift ``x + mu`` instead of the
     blocks (:meth:`InvertibleNetwork.shift_side`); ``mean_flag`` (0 or 1; needs ``img_size``)
     adds a learned mean to that side's latents (:meth:`InvertibleNetwork.mean_side`).
@@ -380,6 +384,8 @@ def cpu_network(
         )
     if odd_flag == 1.0 and logit:
         raise LinearizerError("odd_flag=1 conflicts with the logit on flag-1 rows")
+    if odd_data and (odd_flag != 0.0 or not logit):
+        raise LinearizerError("odd_data needs odd_flag=0 and a logit (odd about pixel 1/2)")
     if shift_flag is not None:
         if img_size is None or odd_flag is not None or shift_flag not in (0.0, 1.0):
             raise LinearizerError(
@@ -398,5 +404,5 @@ def cpu_network(
         if isinstance(module, AffineCoupling):
             module.shift_bound = float(shift_bound)
         if isinstance(module, (AffineCoupling, FlagActNorm)):
-            module.odd_flag = odd_flag
+            module.odd_flags = () if odd_flag is None else (odd_flag, 1.0)[: 1 + odd_data]
     return net
