@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
@@ -227,5 +229,29 @@ def test_linearity_stages_splits_the_float32_error_by_stage(tmp_path):
     exact, rounded = rows["all float64"], rows["all float32"]
     assert max(exact["a_neg"], exact["a_pos"]) < 1e-10
     assert max(rounded["a_neg"], rounded["a_pos"]) > 1e3 * max(exact["a_neg"], exact["a_pos"])
+    bad = subprocess.run([*cmd[:2], str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+
+
+def test_latent_spread_measures_each_components_samples(tmp_path):
+    """benchmarks/latent_spread.py on a smoke run: one spread per component, the median of
+    them, and the test images' spread; a folder that is no run is one line."""
+    from linearizer.cli.main import main
+
+    run = tmp_path / "run"
+    args = ["train", "flow", "--preset", "smoke", "--out", str(run), "--set", "progress=false"]
+    assert main([*args, "--set", "components=2"]) == 0
+    out = tmp_path / "spread.json"
+    cmd = [sys.executable, str(BENCH / "latent_spread.py"), str(run), "--n", "32"]
+    proc = subprocess.run(
+        [*cmd, "--samples", "16", "--out", str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    per = row["sample_spread_per_component"]
+    assert len(per) == 2 and all(0 < s < 1e3 for s in per)
+    assert row["sample_spread_median"] == pytest.approx(sum(per) / 2)
+    assert row["test_images"] == 32 and row["test_image_spread"] > 0
+    assert row["data_latent_spread"] > 0 and row["data_latent_mean_norm"] >= 0
     bad = subprocess.run([*cmd[:2], str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr

@@ -91,6 +91,12 @@ J = {
     "oddmean_eqt1": "docs/flow/odd-mean-noise-2026-12-06/equal-time-s1/claims.json",
     "oddmean_eqt1_eval": "docs/flow/odd-mean-noise-2026-12-06/equal-time-s1/evaluation.json",
     "k20s0": "docs/mixture/k20-2026-12-06/s0/evaluation.json",
+    "odddata_u": "docs/flow/odd-data-2026-12-07/uncentred/claims.json",
+    "odddata_u_eval": "docs/flow/odd-data-2026-12-07/uncentred/evaluation.json",
+    "odddata_u_spread": "docs/flow/odd-data-2026-12-07/uncentred/latent_spread.json",
+    "odddata_c": "docs/flow/odd-data-2026-12-07/centred/claims.json",
+    "odddata_c_eval": "docs/flow/odd-data-2026-12-07/centred/evaluation.json",
+    "odddata_c_spread": "docs/flow/odd-data-2026-12-07/centred/latent_spread.json",
     "k20s1": "docs/mixture/k20-2026-12-06/s1/evaluation.json",
     "mnist": "src/linearizer/assets/flow_mnist.json",
     "mnist_cond": "src/linearizer/assets/flow_mnist_cond.json",
@@ -1097,6 +1103,46 @@ CHECKS += (
         ("docs/quality.md", "seed 0, 10,000 samples) scores {} / {}", fid("mainjob10", "method")),
         ("docs/quality.md", "the main job's run scored {} / {}", fid("mainjob20", "method")),
         ("docs/quality.md", "the main job's run scores {} / {}", fid("mainjob", "method")),
+        # docs/flow/roundtrip.md §13: an odd data side against the main job, seed 0
+        (
+            "CHANGELOG.md",
+            "float32 inversion {} dB, but the trained map alone scores FID (LeNet) / FID (judge) "
+            "{} / {} against {} / {}",
+            [
+                v("odddata_c", "claims/inversion/psnr_db_float32"),
+                *fid("odddata_c_eval", "method"),
+                *fid("mainjob", "method"),
+            ],
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| the main job (no odd data side) | {} / {} / {} | {} dB | {} of {} | **{} / {}** | "
+            "{} / {} |",
+            [*odd_row("repro", "mainjob"), *method_row("mainjob")[2:]],
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| odd data side about pixel 1/2 | {} / {} / {} | {} dB | {} of {} | {} / {} | "
+            "{} / {} |",
+            [*odd_row("odddata_u", "odddata_u_eval"), *method_row("odddata_u_eval")[2:]],
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "| odd data side about the mean image | **{} / {} / {}** | **{} dB** | {} of {} | "
+            "{} / {} | {} / {} |",
+            [*odd_row("odddata_c", "odddata_c_eval"), *method_row("odddata_c_eval")[2:]],
+        ),
+        (
+            "docs/flow/roundtrip.md",
+            "(the norm of their mean {} against a median distance of {} from it; "
+            "{} against {} for the main job)",
+            [
+                v("odddata_u_spread", "rows/run=runs~odd-data-s0/data_latent_mean_norm"),
+                v("odddata_u_spread", "rows/run=runs~odd-data-s0/data_latent_spread"),
+                v("odddata_u_spread", "rows/run=runs~repro-cpu~run/data_latent_mean_norm"),
+                v("odddata_u_spread", "rows/run=runs~repro-cpu~run/data_latent_spread"),
+            ],
+        ),
         # docs/flow/roundtrip.md §10: the odd noise side against the main job, one seed each
         (
             "docs/flow/roundtrip.md",

@@ -352,18 +352,20 @@ def test_the_odd_noise_side_is_odd_and_the_data_side_is_free(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_an_odd_data_side_decodes_a_negated_latent_to_one_minus_the_image(dtype):
+def test_an_odd_data_side_decodes_a_negated_latent_to_the_image_mirrored_about_the_centre(dtype):
     options = dict(dense_blocks=1, img_size=4, logit=0.05, logit_tails="linear", odd_flag=0.0)
     g = cpu_network(1, 1, hidden=8, flag_norm=True, odd_data=True, **options)
     g = randomize(g).eval().to(dtype)
+    g.logit.centre.normal_()  # any centre: the mirror is about it, not about pixel 1/2
     x = torch.rand(4, 1, 4, 4, dtype=dtype)
     with torch.no_grad():
         data, noise = cond_for(4, 1.0, dtype), cond_for(4, 0.0, dtype)
         z = g(x, data)
-        # the blocks mirror to the bit; only the logit's inverse rounds 1 - x its own way
-        back = g.inverse(-z, data)
-        eps = torch.finfo(dtype).eps
-        torch.testing.assert_close(back, 1 - g.inverse(z, data), rtol=0, atol=4 * eps)
+        mirrored = g.logit.inverse(-g.logit(x, data), data)  # logit 2c - logit(x)
+        # the mirror errs by the blocks' own round trip, mirrored, plus the logit's rounding
+        round_trip = float((g.inverse(z, data) - x).abs().max())
+        atol = 8 * torch.finfo(dtype).eps + 4 * round_trip
+        torch.testing.assert_close(g.inverse(-z, data), mirrored, rtol=0, atol=atol)
         assert torch.equal(g(-x, noise), -g(x, noise))  # the noise side stays odd
     free = cpu_network(1, 1, hidden=8, flag_norm=True, logit=0.05, odd_flag=0.0)
     free = randomize(free).eval().to(dtype)
@@ -372,11 +374,27 @@ def test_an_odd_data_side_decodes_a_negated_latent_to_one_minus_the_image(dtype)
         assert (free.inverse(-z, data) - (1 - free.inverse(z, data))).abs().max() > 1e-3
 
 
+def test_an_odd_data_side_starts_its_centre_from_the_first_batch_mean_logit():
+    options = dict(img_size=4, logit=0.05, odd_flag=0.0, odd_data=True)
+    g = cpu_network(1, 1, hidden=8, flag_norm=True, **options).train()
+    x = torch.rand(6, 1, 4, 4, dtype=torch.float64)
+    flags = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    g.double()(x, flags)
+    expected = torch.logit(0.05 + 0.9 * x[flags == 1]).mean(dim=0)
+    torch.testing.assert_close(g.logit.centre, expected, rtol=0, atol=1e-14)
+    assert "logit.centre" in g.state_dict()
+    before = g.logit.centre.clone()
+    g(torch.rand(6, 1, 4, 4, dtype=torch.float64), flags)
+    assert torch.equal(g.logit.centre, before)  # set once, then fixed
+
+
 def test_an_odd_data_side_needs_the_odd_noise_side_and_a_logit():
     with pytest.raises(LinearizerError, match="odd_data"):
         cpu_network(1, 1, hidden=8, flag_norm=True, logit=0.05, odd_data=True)
     with pytest.raises(LinearizerError, match="odd_data"):
         cpu_network(1, 1, hidden=8, flag_norm=True, odd_flag=0.0, odd_data=True)
+    with pytest.raises(LinearizerError, match="odd_data"):
+        cpu_network(1, 1, hidden=8, flag_norm=True, logit=0.05, odd_flag=0.0, odd_data=True)
     with pytest.raises(LinearizerError, match="network.odd_data"):
         NetworkConfig(odd_data=True, flag_actnorm=True, logit=0.05).validate()
     with pytest.raises(LinearizerError, match="network.odd_data"):

@@ -69,10 +69,10 @@ class NetworkConfig(Config):
     )
     odd_data: bool = option(
         False,
-        "cpu network: the blocks odd at the data flag too, after the logit (odd about pixel "
-        "1/2): g_data(1 - x) = -g_data(x), so a negative scalar of the induced space decodes by "
-        "the mirrored computation of a positive one; needs odd_noise and a logit, costs a second "
-        "conditioner pass over data rows",
+        "cpu network: the blocks odd at the data flag too, after a logit centred on the first "
+        "batch's mean logit image, so a negative scalar of the induced space decodes by the "
+        "mirrored computation of a positive one; needs odd_noise and a logit, costs a second "
+        "conditioner pass over data rows (measured and not adopted: docs/flow/roundtrip.md §13)",
     )
     noise_side: Literal["network", "shift"] = option(
         "network",

@@ -38,6 +38,11 @@ class FlagLogit(InvertibleModule):
     back to it, where the sigmoid's flat tail keeps only a few digits of it
     (docs/flow/roundtrip.md §2).
 
+    :meth:`centre_` subtracts a per-pixel centre from the logits, set from the first training
+    batch's data rows (their mean logit image, the way :class:`FlagActNorm` starts from its
+    first batch): a network odd after the logit is then odd about the data's mean image
+    rather than about pixel 1/2.
+
     >>> block = FlagLogit(0.05)
     >>> x = torch.tensor([[0.0, 0.5, 1.0], [-3.0, 0.0, 3.0]]).view(2, 1, 1, 3)
     >>> flags = torch.tensor([1.0, 0.0])
@@ -47,6 +52,9 @@ class FlagLogit(InvertibleModule):
     >>> bool(torch.allclose(block.inverse(y, flags), x, atol=1e-6))
     True
     """
+
+    centre: Tensor | None
+    centred: Tensor
 
     def __init__(self, alpha: float, tails: str = "sigmoid") -> None:
         super().__init__()
@@ -59,6 +67,14 @@ class FlagLogit(InvertibleModule):
         self.lo, self.hi = -self.alpha / self.width, 1.0 + self.alpha / self.width
         self.edge = math.log((1.0 - self.alpha) / self.alpha)  # the logit of pixel 1
         self.slope = self.width / (self.alpha * (1.0 - self.alpha))  # its derivative there
+        self.register_buffer("centre", None)  # no centre: odd about pixel 1/2
+
+    def centre_(self, shape: tuple[int, int, int]) -> FlagLogit:
+        """Subtract a per-pixel centre of ``shape`` (channels, height, width) from the logits,
+        set from the first training batch; returns ``self``."""
+        self.register_buffer("centre", torch.zeros(shape))
+        self.register_buffer("centred", torch.zeros((), dtype=torch.uint8))
+        return self
 
     def _on_data_rows(self, x: Tensor, flag: Tensor | None, fn) -> Tensor:  # noqa: ANN001
         if flag is None:
@@ -95,12 +111,26 @@ class FlagLogit(InvertibleModule):
             return (torch.sigmoid(inside) - self.alpha) / self.width + (y - inside) / self.slope
         return (torch.sigmoid(y) - self.alpha) / self.width
 
+    def _centred_logit(self, x: Tensor) -> Tensor:
+        y = self._logit(x)
+        if self.centre is None:
+            return y
+        if self.training and not bool(self.centred) and len(y):
+            with torch.no_grad():
+                self.centre.copy_(y.mean(dim=0))
+                self.centred.fill_(1)
+        return y - self.centre
+
+    def _centred_sigmoid(self, y: Tensor) -> Tensor:
+        return self._sigmoid(y if self.centre is None else y + self.centre)
+
     def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
-        return self._on_data_rows(x, flag, self._logit)
+        return self._on_data_rows(x, flag, self._centred_logit)
 
     def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
-        return self._on_data_rows(z, flag, self._sigmoid)
+        return self._on_data_rows(z, flag, self._centred_sigmoid)
 
     def extra_repr(self) -> str:
         tails = "" if self.tails == "sigmoid" else f", tails={self.tails!r}"
-        return f"alpha={self.alpha:g}, flag={DATA_FLAG:g}{tails}"
+        centre = "" if self.centre is None else f", centre={tuple(self.centre.shape)}"
+        return f"alpha={self.alpha:g}, flag={DATA_FLAG:g}{tails}{centre}"

@@ -342,9 +342,10 @@ def cpu_network(
     (:class:`FlagLogit`). ``odd_flag`` (0 or 1; needs ``flag_norm``) makes the network odd at
     that flag, ``g(-x) = -g(x)``: every coupling and every ActNorm is odd there, and the logit
     acts on flag 1 only, so 0 is the flag it can take beside a logit. ``odd_data`` (with
-    ``odd_flag=0`` and a logit) makes the blocks odd at flag 1 too, after the logit, which is
-    odd about pixel 1/2: the data side then has ``g(1 - x) = -g(x)``, and a negated data latent
-    decodes to ``1 - x`` by the mirrored computation of ``x``. ``shift_flag`` (0 or 1;
+    ``odd_flag=0``, a logit and ``img_size``) makes the blocks odd at flag 1 too, after the
+    logit centred on the data's mean logit image ``c`` (:meth:`FlagLogit.centre_`): a negated
+    data latent decodes to the image whose logit is ``2c - logit(x)``, by the mirrored
+    computation of ``x``. ``shift_flag`` (0 or 1;
     needs ``img_size``) makes that flag's side the learned shift ``x + mu`` instead of the
     blocks (:meth:`InvertibleNetwork.shift_side`); ``mean_flag`` (0 or 1; needs ``img_size``)
     adds a learned mean to that side's latents (:meth:`InvertibleNetwork.mean_side`).
@@ -384,8 +385,10 @@ def cpu_network(
         )
     if odd_flag == 1.0 and logit:
         raise LinearizerError("odd_flag=1 conflicts with the logit on flag-1 rows")
-    if odd_data and (odd_flag != 0.0 or not logit):
-        raise LinearizerError("odd_data needs odd_flag=0 and a logit (odd about pixel 1/2)")
+    if odd_data and (odd_flag != 0.0 or not logit or img_size is None):
+        raise LinearizerError("odd_data needs odd_flag=0, a logit and img_size")
+    if odd_data and net.logit is not None and img_size is not None:  # about the mean image
+        net.logit.centre_((in_channels, img_size, img_size))
     if shift_flag is not None:
         if img_size is None or odd_flag is not None or shift_flag not in (0.0, 1.0):
             raise LinearizerError(
