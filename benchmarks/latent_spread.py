@@ -17,7 +17,6 @@ import argparse
 import json
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -25,6 +24,7 @@ from torch import Tensor
 from linearizer.data.config import load_images
 from linearizer.errors import LinearizerError
 from linearizer.flow.model import DATA
+from linearizer.io import write_text
 from linearizer.training.runs import load_run
 
 
@@ -69,14 +69,13 @@ def main() -> int:
     args = parser.parse_args()
     try:
         rows = [measure(run, args.n, args.samples) for run in args.runs]
+        text = json.dumps({"torch": torch.__version__, "rows": rows}, indent=2)
+        print(text)
+        if args.out:
+            write_text(args.out, text + "\n")
     except LinearizerError as err:
         print(f"latent_spread.py: error: {err}", file=sys.stderr)
         return 2
-    text = json.dumps({"torch": torch.__version__, "rows": rows}, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
     return 0
 
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 
 from linearizer.errors import LinearizerError
 from linearizer.flow.model import NOISE
 from linearizer.flow.task import load_flow_run
+from linearizer.io import write_text
 
 
 def measure(run: str, n: int, seed: int) -> dict:
@@ -56,14 +56,13 @@ def main() -> int:
     torch.set_num_threads(1)
     try:
         rows = [measure(run, args.n, args.seed) for run in args.runs]
+        text = json.dumps({"torch": torch.__version__, "rows": rows}, indent=2)
+        print(text)
+        if args.out:
+            write_text(args.out, text + "\n")
     except LinearizerError as err:
         print(f"noise_mean.py: error: {err}", file=sys.stderr)
         return 2
-    text = json.dumps({"torch": torch.__version__, "rows": rows}, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
     return 0
 
 
