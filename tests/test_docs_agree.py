@@ -100,6 +100,11 @@ J = {
     "k20s1": "docs/mixture/k20-2026-12-06/s1/evaluation.json",
     "mnist": "src/linearizer/assets/flow_mnist.json",
     "mnist_cond": "src/linearizer/assets/flow_mnist_cond.json",
+    "mix": "docs/mixture/pretrained_eval/results.json",
+    "mnist_mix": "src/linearizer/assets/flow_mnist_mix.json",
+    "mix_t08": "docs/mixture/temperature-2026-12-07/tau-0.8/results.json",
+    "mix_t09": "docs/mixture/temperature-2026-12-07/tau-0.9/results.json",
+    "mix_t118": "docs/mixture/temperature-2026-12-07/tau-1.18/results.json",
 }
 
 # key paths used often
@@ -824,6 +829,43 @@ def _eqt05_cell(maps: str, label: str) -> Check:
     pair = "{} / {} ({}); judge {} / {} ({})"
     return ("BENCHMARKS.md", f"| {label} | {pair} | {pair} |", values)
 
+
+# pretrained:mnist-mix, the trained map alone, and the temperatures tried on it
+_MIX = "one-step Euler, T = 1000, final predict, float64, τ = 1"
+CHECKS += [
+    (
+        "docs/mixture.md",
+        f"(10 components) | {_MIX} | {{}} | {{}} | {{}} | {{}} |",
+        method_row("mix"),
+    ),
+    ("docs/mixture.md", "(FID (LeNet) {} against 84.2)", [v("mix", row("method", "fid_lenet"))]),
+    (
+        "README.md",
+        "scores FID (LeNet) {} and FID (judge) {} with the trained map alone (one-step",
+        fid("mix", "method"),
+    ),
+    (
+        "docs/quality.md",
+        "it scores FID (LeNet) {} and FID (judge) {}, against 84.2",
+        fid("mix", "method"),
+    ),
+    ("CHANGELOG.md", "FID (LeNet) / FID (judge) {} / {} (10,000 samples,", fid("mix", "method")),
+    (
+        "docs/flow.md",
+        "| **{}** ([mixture.md](mixture.md)) | {} / {} |",
+        [method_row("mix")[i] for i in (0, 2, 3)],
+    ),
+    (
+        "docs/mixture.md",
+        "scores {} / {} against {} / {} at τ = 1",
+        fid("mix_t118", "method") + fid("mix", "method"),
+    ),
+    (
+        "docs/mixture.md",
+        "τ = 0.9 and 0.8 score {} / {} and {} / {}",
+        fid("mix_t09", "method") + fid("mix_t08", "method"),
+    ),
+]
 
 CHECKS += (
     [
@@ -1555,3 +1597,13 @@ def test_the_shipped_model_count_is_the_package_assets():
     for asset in shipped:
         name = load_json(str(asset.relative_to(ROOT)))["name"]
         assert f"`pretrained:{name}`" in flow_md, name
+
+
+def test_a_shipped_models_evaluation_is_its_docs_json():
+    """The evaluation a shipped model carries in its JSON is the one its docs show."""
+    docs = resolve(J["mix"], "rows/name=method")
+    shipped = resolve(J["mnist_mix"], "evaluation/rows/name=method")
+    assert {k: shipped[k] for k in ("fid_lenet", "fid_judge", "precision", "recall")} == {
+        k: docs[k] for k in ("fid_lenet", "fid_judge", "precision", "recall")
+    }
+    assert resolve(J["mnist_mix"], "evaluation/command") == load_json(J["mix"])["command"]
