@@ -105,6 +105,8 @@ J = {
     "mix_t08": "docs/mixture/temperature-2026-12-07/tau-0.8/results.json",
     "mix_t09": "docs/mixture/temperature-2026-12-07/tau-0.9/results.json",
     "mix_t118": "docs/mixture/temperature-2026-12-07/tau-1.18/results.json",
+    "feat_pixels": "docs/mixture/features-2026-12-07/pixels/results.json",
+    "feat_latent": "docs/mixture/features-2026-12-07/latent/results.json",
 }
 
 # key paths used often
@@ -865,6 +867,8 @@ CHECKS += [
         "τ = 0.9 and 0.8 score {} / {} and {} / {}",
         fid("mix_t09", "method") + fid("mix_t08", "method"),
     ),
+    ("docs/mixture.md", "| pixels | {} | {} | {} | {} |", method_row("feat_pixels")),
+    ("docs/mixture.md", "| latent | {} | {} | {} | {} |", method_row("feat_latent")),
 ]
 
 CHECKS += (
