@@ -39,7 +39,7 @@ def main() -> None:
     with torch.no_grad():
         for k in range(model.components):
             try:
-                rows.append(model.sample(x0, spec.replace(label=k)).clamp(0, 1))
+                rows.append(model.sample(x0, spec.replace(component=k)).clamp(0, 1))
             except LinearizerError as e:
                 raise SystemExit(f"component_grid: {e}") from None
     h, w = model.image_shape[1:]

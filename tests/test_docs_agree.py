@@ -66,7 +66,8 @@ J = {
     "k20eqt": "docs/mixture/k20-2026-12-06/equal_time/evaluation.json",
     "oddeqt": "docs/mixture/odd-mean-2026-12-07/equal_time/evaluation.json",
     "oddrate": "docs/mixture/odd-mean-2026-12-07/step_rate.json",
-    "first_call": "docs/mixture/first_call.json",
+    "first_call": "docs/mixture/first_call-k10-2026-12-07.json",
+    "first_call_k20": "docs/mixture/first_call.json",
     "stages": "docs/flow/stages-2026-12-07/linearity_stages.json",
     "first_call_b": "docs/mixture/first_call_one_step.json",
     "first_call_old": "docs/mixture/first_call-2026-12-05.json",
@@ -101,6 +102,8 @@ J = {
     "mnist": "src/linearizer/assets/flow_mnist.json",
     "mnist_cond": "src/linearizer/assets/flow_mnist_cond.json",
     "mix": "docs/mixture/pretrained_eval/results.json",
+    "mix_k10": "docs/mixture/mnist-mix-k10/results.json",
+    "abl_k20": "docs/mixture/ablation-k20/components_ablation.json",
     "mnist_mix": "src/linearizer/assets/flow_mnist_mix.json",
     "mix_t08": "docs/mixture/temperature-2026-12-07/tau-0.8/results.json",
     "mix_t09": "docs/mixture/temperature-2026-12-07/tau-0.9/results.json",
@@ -837,8 +840,39 @@ _MIX = "one-step Euler, T = 1000, final predict, float64, τ = 1"
 CHECKS += [
     (
         "docs/mixture.md",
-        f"(10 components) | {_MIX} | {{}} | {{}} | {{}} | {{}} |",
+        f"(20 components, 2026-12-07) | {_MIX} | {{}} | {{}} | {{}} | {{}} |",
         method_row("mix"),
+    ),
+    (
+        "docs/mixture.md",
+        f"(5,000 steps on one thread, 2026-12-05) | {_MIX} | {{}} | {{}} | {{}} | {{}} |",
+        method_row("mix_k10"),
+    ),
+    (
+        "docs/mixture.md",
+        "together took it from {} / {} to {} / {};",
+        fid("mix_k10", "method") + fid("mix", "method"),
+    ),
+    (
+        "docs/mixture.md",
+        "(the shipped model's, seed 0) puts {} % of the images",
+        [v("abl_k20", "rows/features=pixels/purity", "%0")],
+    ),
+    (
+        "docs/mixture.md",
+        "level with the class mixture on the judge ({} against 15.9)",
+        [v("mix", row("method", "fid_judge"))],
+    ),
+    ("README.md", "and {} / {} for the ten-component model it replaces.", fid("mix_k10", "method")),
+    (
+        "docs/quality.md",
+        "and {} and {} for the ten-component model it replaced on 2026-12-07",
+        fid("mix_k10", "method"),
+    ),
+    (
+        "CHANGELOG.md",
+        "the trained map alone scores {} / {} against {} / {} for the ten components of 2026-12-05",
+        fid("mix", "method") + fid("mix_k10", "method"),
     ),
     ("docs/mixture.md", "(FID (LeNet) {} against 84.2)", [v("mix", row("method", "fid_lenet"))]),
     (
@@ -860,7 +894,7 @@ CHECKS += [
     (
         "docs/mixture.md",
         "scores {} / {} against {} / {} at τ = 1",
-        fid("mix_t118", "method") + fid("mix", "method"),
+        fid("mix_t118", "method") + fid("mix_k10", "method"),
     ),
     (
         "docs/mixture.md",
@@ -1412,14 +1446,33 @@ CHECKS += (
         ),
         (
             "docs/mixture.md",
-            "pretrained:mnist-mix --n 64` takes {} s against {} s for the one-generator "
+            "pretrained:mnist-mix --n 64` took {} s against {} s for the one-generator "
             "`pretrained:mnist`, {}×. Through B, the route every call took before, the same "
-            "first calls take {} s against {} s ({}×,",
+            "first calls took {} s against {} s ({}×,",
             [
                 *first_calls("first_call", "first"),
                 v("first_call", "ratio_second_to_first/first"),
                 *first_calls("first_call_b", "first"),
                 v("first_call_b", "ratio_second_to_first/first"),
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "--n 64` takes {} s against {} s for the one-generator `pretrained:mnist`, {}×, and a "
+            "warm call {} s against {} s",
+            [
+                *first_calls("first_call_k20", "first"),
+                v("first_call_k20", "ratio_second_to_first/first"),
+                *first_calls("first_call_k20", "warm"),
+            ],
+        ),
+        (
+            "CHANGELOG.md",
+            "`sample pretrained:mnist-mix --n 64` on an empty cache takes {} s against {} s for "
+            "`pretrained:mnist` ({}x, median of three rounds; the ten components took",
+            [
+                *first_calls("first_call_k20", "first"),
+                v("first_call_k20", "ratio_second_to_first/first"),
             ],
         ),
         (
