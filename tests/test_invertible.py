@@ -454,6 +454,7 @@ def test_a_shift_noise_side_needs_img_size_and_leaves_other_networks_alone():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_an_odd_noise_side_with_a_mean_is_odd_about_it(dtype):
+    torch.manual_seed(0)
     g = cpu_network(
         1, 1, hidden=8, flag_norm=True, dense_blocks=1, img_size=4, odd_flag=0.0, mean_flag=0.0
     )
@@ -471,7 +472,10 @@ def test_an_odd_noise_side_with_a_mean_is_odd_about_it(dtype):
         blocks = g._by_side(x, mixed, g._forward, 1.0)  # the same batch without the mean
         assert torch.equal(g(x, mixed)[mixed == 1], blocks[mixed == 1])  # data side: no mean
         back = g.inverse(z, noise)
-        torch.testing.assert_close(back, x, rtol=0, atol=1e3 * torch.finfo(dtype).eps)
+        # the inverse starts from latents of size |z| (up to 1e2 here): its rounding scales with
+        # them (at most 30 eps |z| over 40 seeds in float64)
+        scale = torch.finfo(dtype).eps * float(z.abs().max())
+        torch.testing.assert_close(back, x, rtol=0, atol=200 * scale)
     g.train()
     g(x, mixed).sum().backward()
     assert torch.equal(g.latent_mean.grad, torch.full_like(mu, float((mixed == 0).sum())))

@@ -37,6 +37,7 @@ import json
 import types
 import typing
 import warnings
+from collections.abc import Callable
 from dataclasses import MISSING, field
 from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
@@ -87,6 +88,34 @@ class Config:
 
     def validate(self) -> None:
         """Raise :class:`LinearizerError` on inconsistent values; subclasses extend it."""
+
+    def _require(
+        self, names: str, rule: str, ok: Callable[[Any], bool], *, got: bool = True
+    ) -> None:
+        """The range checks of ``validate()``: raise :class:`LinearizerError` ``config key
+        '<name>' must be <rule>, got <value>`` for the first of ``names`` (space-separated keys)
+        whose value fails ``ok`` (``got=False``: without the value). A key may name its section,
+        as the user writes it (``network.clamp``); the value is this config's field (``clamp``).
+
+        ``ok`` keeps each check's own comparison: a NaN passes ``not v < 0`` but fails ``v >= 0``.
+
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class Demo(Config):
+        ...     lr: float = option(1e-3, "learning rate")
+        ...     def validate(self) -> None:
+        ...         self._require("lr", "> 0", lambda v: v > 0)
+        >>> try:
+        ...     Demo(lr=0.0)
+        ... except LinearizerError as e:
+        ...     print(e)
+        config key 'lr' must be > 0, got 0.0
+        """
+        for key in names.split():
+            value = getattr(self, key.rsplit(".", 1)[-1])
+            if not ok(value):
+                tail = f", got {value}" if got else ""
+                raise LinearizerError(f"config key '{key}' must be {rule}{tail}")
 
     @classmethod
     def from_dict(cls: type[C], data: dict[str, Any], _prefix: str = "") -> C:
@@ -311,43 +340,31 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
         )
     if origin in (tuple, list):
         return _coerce_sequence(value, tp, origin, name)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
-        raise LinearizerError(_bad(name, tp, value))
-    if tp is int:
-        if isinstance(value, bool):
-            raise LinearizerError(_bad(name, tp, value))
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            text = value.strip().replace("_", "")
-            try:
-                return int(text)
-            except ValueError:
-                as_float = float(text)  # "1e4" is a fine way to say 10000
-                if as_float.is_integer():
-                    return int(as_float)
-        raise LinearizerError(_bad(name, tp, value))
-    if tp is float:
-        if isinstance(value, bool):
-            raise LinearizerError(_bad(name, tp, value))
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            return float(value.strip())
-        raise LinearizerError(_bad(name, tp, value))
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise LinearizerError(_bad(name, tp, value))
     if tp is Any:
         return value
-    raise TypeError(f"config key '{name}': unsupported annotation {tp}")
+    if tp not in (bool, int, float, str):
+        raise TypeError(f"config key '{name}': unsupported annotation {tp}")
+    if isinstance(value, bool) and tp is not bool:  # an int to Python, but no number here
+        raise LinearizerError(_bad(name, tp, value))
+    if tp is bool and isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    if tp is float and isinstance(value, (int, float)):
+        return float(value)
+    if tp is float and isinstance(value, str):
+        return float(value.strip())
+    if isinstance(value, tp):  # a bool, int or str as it is
+        return value
+    if tp is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if tp is int and isinstance(value, str):
+        text = value.strip().replace("_", "")
+        try:
+            return int(text)
+        except ValueError:
+            as_float = float(text)  # "1e4" is a fine way to say 10000
+            if as_float.is_integer():
+                return int(as_float)
+    raise LinearizerError(_bad(name, tp, value))
 
 
 def _coerce_sequence(value: Any, tp: Any, origin: type, name: str) -> Any:

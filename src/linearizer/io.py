@@ -25,6 +25,7 @@ x.npy holds pickled Python objects (dtype object), which are never loaded
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -105,6 +106,27 @@ def _read_bytes(path: Path, limit: int, what: str) -> bytes:
         raise LinearizerError(f"missing file: {path}") from None
     except OSError as e:
         raise LinearizerError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def file_sha256(path: str | os.PathLike, what: str = "file") -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks; a one-line error naming it as ``what``
+    when it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as e:
+        raise LinearizerError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    return digest.hexdigest()
+
+
+def _require_file(path: Path) -> None:
+    """One-line error unless ``path`` is an existing regular file (missing, or something else)."""
+    if not path.is_file():
+        raise LinearizerError(
+            f"missing file: {path}" if not path.exists() else f"{path} is not a file"
+        )
 
 
 def _json_depth(text: str) -> int:
@@ -194,10 +216,7 @@ def read_array(
 
     path = Path(path)
     try:
-        if not path.is_file():
-            raise LinearizerError(
-                f"missing file: {path}" if not path.exists() else f"{path} is not a file"
-            )
+        _require_file(path)
         size = path.stat().st_size
         with open(path, "rb") as fh:
             magic = fh.read(6)
@@ -243,10 +262,7 @@ def read_image(path: str | os.PathLike, mode: str | None = None) -> Any:
     from PIL import Image
 
     path = Path(path)
-    if not path.is_file():
-        raise LinearizerError(
-            f"missing file: {path}" if not path.exists() else f"{path} is not a file"
-        )
+    _require_file(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -288,10 +304,7 @@ def load_tensors(path: str | os.PathLike) -> dict:
     from safetensors.torch import load_file
 
     path = Path(path)
-    if not path.is_file():
-        raise LinearizerError(
-            f"missing file: {path}" if not path.exists() else f"{path} is not a file"
-        )
+    _require_file(path)
     try:
         size = path.stat().st_size
         with open(path, "rb") as fh:

@@ -49,7 +49,7 @@ from .flow.calibration import (
     save_calibration,
     to_tensors,
 )
-from .io import default_cache_dir, load_tensors, read_json, save_tensors, write_json
+from .io import default_cache_dir, file_sha256, load_tensors, read_json, save_tensors, write_json
 from .training.checkpoint import save_checkpoint
 from .training.model_folder import from_pretrained
 from .training.runs import GUIDANCE_FILE, load_run, run_folder, run_kind
@@ -101,14 +101,6 @@ def info(name: str) -> dict[str, Any]:
         if key not in meta:
             raise LinearizerError(f"{meta_path} lacks '{key}'")
     return meta
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def verify(name: str) -> dict[str, Any]:

@@ -79,16 +79,23 @@ class _Stub(metaclass=_StubMeta):
     _global_name = "?"
 
     def __new__(cls, *args: Any) -> _Stub:  # pickle NEWOBJ: cls.__new__(cls, *args)
-        obj = object.__new__(cls)
-        object.__setattr__(obj, "_pickle_args", args)
-        object.__setattr__(obj, "_pickle_state", None)
-        return obj
+        return _inert(cls, _pickle_args=args)
 
     def __setstate__(self, state: Any) -> None:  # pickle BUILD
         object.__setattr__(self, "_pickle_state", state)
 
     def __repr__(self) -> str:
         return f"<stub {self._global_name}>"
+
+
+def _inert(cls: type, **attrs: Any) -> Any:
+    """An instance of the stub class ``cls``, made without calling it (a call is refused), with
+    no pickle state yet and ``attrs`` set."""
+    obj = object.__new__(cls)
+    object.__setattr__(obj, "_pickle_state", None)
+    for name, value in attrs.items():
+        object.__setattr__(obj, name, value)
+    return obj
 
 
 @dataclass(frozen=True)
@@ -151,10 +158,7 @@ def _rebuild_tensor_v2(storage: Any, offset: Any, size: Any, stride: Any, *rest:
             f"malformed checkpoint: tensor {size} with stride {stride} at offset {offset} "
             f"reads past its storage of {storage.numel} elements"
         )
-    ref = object.__new__(_TensorRef)
-    object.__setattr__(ref, "_pickle_state", None)
-    object.__setattr__(ref, "geometry", (storage, offset, size, stride))
-    return ref
+    return _inert(_TensorRef, geometry=(storage, offset, size, stride))
 
 
 def _rebuild_parameter(data: Any, requires_grad: Any = False, hooks: Any = None, *rest: Any):
@@ -166,10 +170,7 @@ def _rebuild_parameter(data: Any, requires_grad: Any = False, hooks: Any = None,
 def _numpy_dtype(code: Any, align: Any = False, copy: Any = False) -> _NumpyDType:
     if not isinstance(code, str) or code.lstrip("<>=|") not in _NUMPY_CODES:
         raise LinearizerError(f"checkpoint holds an unsupported numpy dtype {code!r}")
-    dt = object.__new__(_NumpyDType)
-    object.__setattr__(dt, "_pickle_state", None)
-    object.__setattr__(dt, "code", code.lstrip("<>=|"))
-    return dt
+    return _inert(_NumpyDType, code=code.lstrip("<>=|"))
 
 
 def _numpy_scalar(dtype: Any, data: Any = b"") -> int | float | complex | bool:

@@ -40,6 +40,7 @@ from ..operators.dense import Dense, Identity, Product, dense_size_ok, param_dty
 from .space import InducedSpace
 
 Time = float | Tensor | None
+Shape = tuple[int, ...] | None
 _F64 = torch.float64
 
 
@@ -412,13 +413,8 @@ class Linearizer(nn.Module):
                 "map's input network (self.g_x); they must be the same object (or Conditioned "
                 "views of one network at the same flag)"
             )
-        return Linearizer(
-            other.g_x,
-            Product(self.A, other.A),
-            self.g_y,
-            y_latent_shape=self._y_shape,
-            x_latent_shape=other._x_shape,
-            check_finite=self.check_finite,
+        return self._derived(
+            other.g_x, Product(self.A, other.A), self.g_y, other._x_shape, self._y_shape
         )
 
     def power(self, n: int) -> Linearizer:
@@ -430,11 +426,12 @@ class Linearizer(nn.Module):
             raise LinearizerError(f"power needs an integer n >= 0, got {n!r}")
         op = Identity(self.A.in_features) if n == 0 else Product(*([self.A] * n))
         shape = self._x_shape or self._y_shape
+        return self._derived(self.g_x, op, self.g_y, shape, shape)
+
+    def _derived(
+        self, g_x: Any, A: LinearOperator, g_y: Any, x_shape: Shape, y_shape: Shape
+    ) -> Linearizer:
+        """``L(g_x, A, g_y)`` with these latent shapes, checking inputs as this map does."""
         return Linearizer(
-            self.g_x,
-            op,
-            self.g_y,
-            y_latent_shape=shape,
-            x_latent_shape=shape,
-            check_finite=self.check_finite,
+            g_x, A, g_y, y_shape, x_latent_shape=x_shape, check_finite=self.check_finite
         )

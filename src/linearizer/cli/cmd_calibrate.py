@@ -8,14 +8,13 @@ import time
 from dataclasses import asdict
 
 from ..errors import LinearizerError
-from ..flow.calibration import FitOptions
+from ..flow.calibration import FitOptions, fit_calibration, save_calibration
+from .common import check_min, set_threads
+from .configargs import add_config_options
 from .flowargs import add_spec_options, spec_from_args
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..flow.calibration import fit_calibration, save_calibration
     from ..pretrained import PRETRAINED
     from ..training.runs import load_run
     from ..training.weights import weights_label
@@ -25,18 +24,15 @@ def run(args: argparse.Namespace) -> int:
             f"{args.run} ships with its calibration; calibrate a run folder (or sample with "
             "--maps none)"
         )
-    if args.n < 2:
-        raise LinearizerError(f"--n must be >= 2, got {args.n}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    check_min("--n", args.n, 2)
+    set_threads(args)
     loads = [load_run(args.run, use_ema=use_ema, expect="flow") for use_ema in (False, True)]
     sections = {r.weights: r for r in loads}  # one entry when the checkpoint has no EMA
     loaded = loads[-1]
     cfg, step = loaded.config, loaded.step
     spec = spec_from_args(args, cfg.sampler)
     transport = cfg.transport_steps if args.transport_steps is None else args.transport_steps
-    if transport < 0:
-        raise LinearizerError(f"--transport-steps must be >= 0, got {transport}")
+    check_min("--transport-steps", transport, 0)
     opts = FitOptions(sampler=spec, n=args.n, seed=args.seed, transport_steps=transport)
     names = " and ".join(weights_label(s) for s in sorted(sections))
     if args.dry_run:
@@ -84,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "calibration_samples > 0 (the cpu preset) does this at the end.",
     )
     p.add_argument("run", help="a flow run folder")
-    p.add_argument("--n", type=int, default=FitOptions.n, help="noise draws and training images")
+    add_config_options(p, FitOptions, only=("n",))
     add_spec_options(p)
     p.add_argument(
         "--transport-steps",
@@ -93,9 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="Adam steps of the latent transport fitted after K (flow.transport; "
         "0: none; default: the run's transport_steps)",
     )
-    p.add_argument(
-        "--seed", type=int, default=FitOptions.seed, help="seed of the noise and image draw"
-    )
+    add_config_options(p, FitOptions, only=("seed",))
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--dry-run", action="store_true", help="check the inputs, say what would run")
     p.set_defaults(func=run)

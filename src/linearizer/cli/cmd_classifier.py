@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ..errors import LinearizerError
+from .common import check_min, set_threads
 
 DEFAULT_OUT = "runs/classifier/{model}_mnist.safetensors"
 DEFAULT_SEEDS = {"lenet": 0, "judge": 1}
@@ -31,10 +32,8 @@ def run_train(args: argparse.Namespace) -> int:
     out = Path(getattr(args, "out", DEFAULT_OUT.format(model=args.model)))
     if out.suffix != ".safetensors":
         raise LinearizerError(f"--out must end in .safetensors, got {out}")
-    if epochs < 1:
-        raise LinearizerError(f"--epochs must be >= 1, got {epochs}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    check_min("--epochs", epochs, 1)
+    set_threads(args)
     lenet = args.model == "lenet"
     name = "LeNet" if lenet else "the judge"
     plan = (

@@ -31,21 +31,20 @@ def rel_error(a: Tensor, b: Tensor) -> float:
 
 
 def _random_network(dtype: torch.dtype) -> torch.nn.Module:
-    net = cpu_network(in_channels=1, num_blocks=2, hidden=16).to(dtype).eval()
+    # the couplings start as the identity: move them away
+    net = _perturbed(cpu_network(in_channels=1, num_blocks=2, hidden=16).eval(), dtype, 0.1)
     with torch.no_grad():
-        for p in net.parameters():  # the couplings start as the identity: move them away
-            p.add_(0.1 * torch.randn_like(p))
         for name, buf in net.named_buffers():
             if name.endswith("initialized"):
                 buf.fill_(1)
     return net
 
 
-def _perturbed(op: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+def _perturbed(op: torch.nn.Module, dtype: torch.dtype, scale: float = 0.05) -> torch.nn.Module:
     op = op.to(dtype)
     with torch.no_grad():
         for p in op.parameters():
-            p.add_(0.05 * torch.randn_like(p))
+            p.add_(scale * torch.randn_like(p))
     return op
 
 

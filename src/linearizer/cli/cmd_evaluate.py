@@ -12,20 +12,16 @@ import time
 from pathlib import Path
 
 from ..errors import LinearizerError
-from ..flow.evaluate import EvalOptions
+from ..flow.evaluate import EvalOptions, default_rows, evaluate_flow, write_results
 from ..training.weights import weights_label
+from .common import parse_numbers, set_threads
 from .configargs import add_config_options, config_from_args
 from .flowargs import add_spec_options, load_spec_run
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..flow.evaluate import default_rows, evaluate_flow, write_results
-
     opts = config_from_args(EvalOptions, args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     run, spec = load_spec_run(args)
     model, cfg, step = run.model, run.config, run.step
     rows = default_rows(spec)
@@ -144,13 +140,8 @@ def _record(args, run, spec, title: str, start: float, **extra) -> dict:
 
 
 def _guidances(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise LinearizerError(f"--guidances takes comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise LinearizerError("--guidances needs at least one value")
-    return values
+    bad = f"--guidances takes comma-separated numbers, got {text!r}"
+    return parse_numbers(text, float, bad, "--guidances needs at least one value")
 
 
 @contextlib.contextmanager

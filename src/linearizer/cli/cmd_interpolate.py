@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
 
 from ..data import save_grid
 from ..errors import LinearizerError
-from ..flow.inversion import interpolate, round_trip_note
+from ..flow.inversion import interpolate
+from .common import note_round_trip
 from .flowargs import add_sampler_options, invertible_spec, load_model, parse_indices, test_images
 
 
@@ -33,12 +33,8 @@ def run(args: argparse.Namespace) -> int:
     save_grid(torch.cat(rows).float().clamp(0, 1), path, nrow=args.n, scale=2)
     print(f"rows: {', '.join(spaces)} interpolation, {args.n} frames -> {path}")
     for space, row in zip(spaces, rows, strict=True):  # a path's ends are round trips
-        note = round_trip_note(torch.cat([xa, xb]), torch.cat([row[:1], row[-1:]]))
-        if note:
-            print(
-                f"note: {space} path, image 0 = test {pair[0]}, 1 = test {pair[1]}: {note}",
-                file=sys.stderr,
-            )
+        where = f"{space} path, image 0 = test {pair[0]}, 1 = test {pair[1]}: "
+        note_round_trip(torch.cat([xa, xb]), torch.cat([row[:1], row[-1:]]), where)
     return 0
 
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 
 import torch
 
 from ..data import save_grid
-from ..flow.inversion import condition_number, psnr_per_image, round_trip, round_trip_note
+from ..flow.inversion import condition_number, psnr_per_image, round_trip
 from ..io import write_json
-from .common import read_image_batch
+from .common import note_round_trip, read_image_batch
 from .flowargs import add_sampler_options, invertible_spec, load_model, parse_indices, test_images
 
 
@@ -49,9 +48,7 @@ def run(args: argparse.Namespace) -> int:
     record = {"spec": inv.to_dict(), "components": parts.tolist(), "chosen_by": why}
     record["psnr_db"] = [p if math.isfinite(p) else None for p in psnr]
     write_json(Path(args.out) / "inversion.json", record)
-    note = round_trip_note(x1, back)
-    if note:
-        print(f"note: {note}", file=sys.stderr)
+    note_round_trip(x1, back)
     print(f"rows: image, noise (x0/4 + 1/2), regenerated -> {Path(args.out) / 'inversion.png'}")
     return 0
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from ..errors import LinearizerError
-from .common import read_image_batch
+from .common import check_min, read_image_batch
 
 INPUTS = ("noise", "test", "corrupted", "fashion")
 
@@ -66,8 +66,7 @@ def run_project(args: argparse.Namespace) -> int:
     from ..projective.task import run_config
     from ..training.runs import load_run
 
-    if args.n < 1:
-        raise LinearizerError(f"--n must be >= 1, got {args.n}")
+    check_min("--n", args.n, 1)
     if args.input not in INPUTS and not Path(args.input).exists():
         raise LinearizerError(
             f"--input {args.input}: no such file, and not one of {', '.join(INPUTS)}"
@@ -113,8 +112,7 @@ def run_report(args: argparse.Namespace) -> int:
     from ..projective.evaluate import project_report
 
     runs = {k: v for k, v in (("ours", args.ours), ("ign", args.ign)) if v}
-    if args.n < 2:
-        raise LinearizerError(f"--n must be >= 2, got {args.n}")
+    check_min("--n", args.n, 2)
     if not runs:
         raise LinearizerError("give --ours RUN and/or --ign RUN")
     if args.dry_run:

@@ -7,16 +7,14 @@ import shlex
 import sys
 
 from ..repro.options import ReproOptions
+from .common import set_threads
 from .configargs import add_config_options, config_from_args
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from ..repro import run_repro
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     opts = config_from_args(ReproOptions, args)
     command = "linearizer " + shlex.join(args.argv or sys.argv[1:])
     run_repro(

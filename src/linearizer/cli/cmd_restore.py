@@ -10,15 +10,15 @@ runs every method and writes a labelled strip (truth when known, observation, ea
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import typing
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import LinearizerError
-from .common import read_image_batch, write_npz
+from ..restore.spec import RestoreSpec
+from .common import check_min, read_image_batch, write_npz
+from .configargs import add_config_options, config_from_args
 from .flowargs import add_spec_options, spec_from_args
 
 
@@ -69,8 +69,7 @@ def run_restore(args: argparse.Namespace) -> int:
 
     methods = _methods(args.methods)
     spec = restore_spec(args)
-    if args.n < 1:
-        raise LinearizerError(f"--n must be >= 1, got {args.n}")
+    check_min("--n", args.n, 1)
     if args.input != "test" and not Path(args.input).is_file():
         raise LinearizerError(f"--input must be 'test' or an existing .npy/.png file: {args.input}")
     make_degradation(args.task, (1, 8, 8))  # an unknown task fails before loading anything
@@ -170,8 +169,7 @@ def run_report(args: argparse.Namespace) -> int:
     tasks = TASKS if args.tasks == "all" else tuple(t.strip() for t in args.tasks.split(","))
     for t in tasks:
         make_degradation(t, (1, 8, 8))
-    if args.n < 2:
-        raise LinearizerError(f"--n must be >= 2, got {args.n}")
+    check_min("--n", args.n, 2)
     spec = restore_spec(args)
     if args.dry_run:
         print(
@@ -179,8 +177,7 @@ def run_report(args: argparse.Namespace) -> int:
             f"(ign {args.ign}, flow {args.flow}) into {args.out}"
         )
         return 0
-    if args.noise_n < 0:
-        raise LinearizerError(f"--noise-n must be >= 0, got {args.noise_n}")
+    check_min("--noise-n", args.noise_n, 0)
     args.noise_n = args.noise_n or None
     prior, cfg, facts = _prior(args)
     from ..projective.task import load_images
@@ -210,24 +207,12 @@ def run_report(args: argparse.Namespace) -> int:
 def add_restore_options(p: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
     """``--name`` for the :class:`~linearizer.restore.spec.RestoreSpec` fields ``names``, with
     the field's type, default and help."""
-    from ..restore.spec import RestoreSpec
-
-    fields = {f.name: f for f in dataclasses.fields(RestoreSpec)}
-    hints = typing.get_type_hints(RestoreSpec)
-    for name in names:
-        f = fields[name]
-        kind = next(a for a in (*typing.get_args(hints[name]), hints[name]) if a is not type(None))
-        p.add_argument(
-            "--" + name.replace("_", "-"), type=kind, default=f.default, help=f.metadata["help"]
-        )
+    add_config_options(p, RestoreSpec, only=names)
 
 
-def restore_spec(args: argparse.Namespace):
+def restore_spec(args: argparse.Namespace) -> RestoreSpec:
     """The :class:`~linearizer.restore.spec.RestoreSpec` of the options ``args`` holds."""
-    from ..restore.spec import RestoreSpec
-
-    names = [f.name for f in dataclasses.fields(RestoreSpec) if hasattr(args, f.name)]
-    return RestoreSpec(**{name: getattr(args, name) for name in names})
+    return config_from_args(RestoreSpec, args)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

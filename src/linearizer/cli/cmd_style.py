@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ..errors import LinearizerError
+from .common import check_min, set_threads
 
 
 def _load_style(spec: str):
@@ -110,8 +111,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
         from ..style.images import SKIMAGE_MISSING
 
         raise LinearizerError(SKIMAGE_MISSING)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     fields = ("steps", "lr", "content_weight", "tv_weight", "style_size")
     settings = GatysSettings(**{f: getattr(args, f) for f in fields})
     if args.dry_run:
@@ -161,8 +161,7 @@ def cmd_strength(args: argparse.Namespace) -> int:
     from ..data import save_strip
 
     bank, cfg = _load_bank(args.run)
-    if args.n < 2:
-        raise LinearizerError(f"--n must be >= 2, got {args.n}")
+    check_min("--n", args.n, 2)
     x = _input(args, cfg)
     if _dry(args, f"a strip of {args.style!r} at {args.n} strengths 0 ... {args.max:g}"):
         return 0
@@ -177,8 +176,7 @@ def cmd_strength(args: argparse.Namespace) -> int:
 def cmd_interpolate(args: argparse.Namespace) -> int:
     from ..data import save_grid
 
-    if args.n < 2:
-        raise LinearizerError(f"--n must be >= 2, got {args.n}")
+    check_min("--n", args.n, 2)
     model, cfg = _load_style(args.run)
     x = _input(args, cfg)
     if _dry(args, f"a strip {args.start} -> {args.end} of {args.n} frames"):
@@ -206,8 +204,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from ..style.index_net import IndexStyleNet
     from ..style.task import load_style_data
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args)
     bank, cfg = _load_bank(args.run)
     index = None
     wall = {"train_bank": run_seconds(args.run)}

@@ -9,7 +9,6 @@ command prints that round trip's PSNR.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +16,12 @@ import torch
 
 from ..data import save_grid
 from ..errors import LinearizerError
-from .common import read_image_batch, write_npz
+from .common import check_min, note_round_trip, parse_numbers, read_image_batch, write_npz
 from .flowargs import add_sampler_options, guidance_note, load_run_model
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..flow.inversion import psnr_per_image, round_trip_note
+    from ..flow.inversion import psnr_per_image
 
     # --from and --to always name classes: the model's recommended guidance unless --guidance
     loaded, model, spec, recommended = load_run_model(args, classes_given=True)
@@ -66,9 +65,7 @@ def run(args: argparse.Namespace) -> int:
         f"swap {source} -> {targets[0]} -> {source}, round-trip PSNR (dB): "
         + ", ".join(f"{p:.1f}" for p in psnr)
     )
-    note = round_trip_note(x, back)
-    if note:
-        print(f"note: {note}", file=sys.stderr)
+    note_round_trip(x, back)
     print(
         f"rows: one image each; columns: the image, then classes "
         f"{', '.join(map(str, targets))} -> {out / 'swap.png'}, {out / 'swap.npz'}"
@@ -85,20 +82,15 @@ def _class(value: int | None, classes: int, flag: str) -> int:
 def _targets(text: str, classes: int) -> list[int]:
     if text == "all":
         return list(range(classes))
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise LinearizerError(f"--to takes classes like 3 or 1,2,3 or all, got {text!r}") from None
-    if not values:
-        raise LinearizerError("--to needs at least one class")
+    bad = f"--to takes classes like 3 or 1,2,3 or all, got {text!r}"
+    values = parse_numbers(text, int, bad, "--to needs at least one class")
     return [_class(v, classes, "--to") for v in values]
 
 
 def _test_digits(cfg, label: int, n: int) -> torch.Tensor:
     from ..flow.task import load_images
 
-    if n < 1:
-        raise LinearizerError(f"--n must be >= 1, got {n}")
+    check_min("--n", n, 1)
     images, labels = load_images(cfg, "test")
     rows = (labels == label).nonzero().squeeze(1)[:n]
     if len(rows) == 0:

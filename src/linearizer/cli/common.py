@@ -1,9 +1,11 @@
-"""Shared pieces of the sub-commands: run-folder options, the training driver, user image files."""
+"""Shared pieces of the sub-commands: run-folder options, the training driver, option checks,
+user image files and round-trip notes."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +81,19 @@ def run_training(kind: str, task: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def check_min(flag: str, value: int, low: int) -> None:
+    """The one-line error a command gives for an option ``flag`` whose ``value`` is below
+    ``low``."""
+    if value < low:
+        raise LinearizerError(f"{flag} must be >= {low}, got {value}")
+
+
+def set_threads(args: argparse.Namespace) -> None:
+    """``--threads N``: torch's CPU threads; 0 leaves torch's default."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+
 # kind -> the register(kinds) that adds ``linearizer train KIND``
 TRAIN_KINDS: Registry[Callable[[argparse._SubParsersAction], None]] = Registry(
     "train kind",
@@ -88,6 +103,18 @@ TRAIN_KINDS: Registry[Callable[[argparse._SubParsersAction], None]] = Registry(
         "style": "linearizer.cli.train_style:register",
     },
 )
+
+
+def parse_numbers(text: str, kind: Callable[[str], Any], bad: str, empty: str) -> list:
+    """The comma-separated numbers of ``text`` (blank items skipped), each made by ``kind``;
+    the one-line error ``bad`` when one does not parse, ``empty`` when there are none."""
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise LinearizerError(bad) from None
+    if not values:
+        raise LinearizerError(empty)
+    return values
 
 
 def read_image_batch(path: str | os.PathLike, shape: tuple[int, ...], what: str) -> torch.Tensor:
@@ -122,6 +149,17 @@ def read_image_batch(path: str | os.PathLike, shape: tuple[int, ...], what: str)
     if not bool(torch.isfinite(x).all()):
         raise LinearizerError(f"{what} {path} contains NaN or infinite values")
     return x
+
+
+def note_round_trip(x: torch.Tensor, back: torch.Tensor, where: str = "") -> None:
+    """The warning :func:`~linearizer.flow.inversion.round_trip_note` has on the round trip
+    ``x`` -> ``back``, if any, as one line on stderr; ``where`` (with its separator) says of
+    which images."""
+    from ..flow.inversion import round_trip_note
+
+    note = round_trip_note(x, back)
+    if note:
+        print(f"note: {where}{note}", file=sys.stderr)
 
 
 def write_npz(path: str | os.PathLike, arrays: dict[str, Any]) -> Path:

@@ -31,31 +31,23 @@ def add_config_options(
     cls: type[Config],
     flags: dict[str, str | tuple[str, ...]] | None = None,
     default_from: str | None = None,
+    only: tuple[str, ...] | None = None,
 ) -> None:
     """``--name`` (underscores as dashes, or ``flags[name]``: one flag or several) for every
     field of ``cls``: its type, its default and its help. A boolean that defaults to False is a
     switch; one that defaults to True is turned off by ``--no-name``. With ``default_from``
     (say "the run's") an option left out is absent from the namespace, so that source's value
-    stands."""
+    stands. With ``only``, just those fields (in the class's order)."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if only is not None and f.name not in only:
+            continue
         flag = (flags or {}).get(f.name, "--" + f.name.replace("_", "-"))
         names = flag if isinstance(flag, tuple) else (flag,)
         help_text, tp = f.metadata["help"], hints[f.name]
         if type(None) in typing.get_args(tp):  # Optional[X]: the option takes an X
             tp = next(a for a in typing.get_args(tp) if a is not type(None))
-        if default_from is not None:
-            p.add_argument(
-                *names,
-                dest=f.name,
-                type=_kind(tp),
-                default=argparse.SUPPRESS,
-                choices=_choices(tp),
-                help=f"{help_text} (default: {default_from}; "
-                f"{f.default!r} unless it records another)",
-            )
-            continue
-        if tp is bool:
+        if tp is bool and default_from is None:
             off = f.default is True
             # absent unless given: the config's default stands, and help shows no "default"
             p.add_argument(
@@ -66,11 +58,15 @@ def add_config_options(
                 help=f"leave out {help_text}" if off else help_text,
             )
             continue
+        default = f.default
+        if default_from is not None:  # absent unless given: that source's value stands
+            default = argparse.SUPPRESS
+            help_text += f" (default: {default_from}; {f.default!r} unless it records another)"
         p.add_argument(
             *names,
             dest=f.name,
             type=_kind(tp),
-            default=f.default,
+            default=default,
             choices=_choices(tp),
             help=help_text,
         )

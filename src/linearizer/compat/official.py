@@ -15,7 +15,6 @@ column convention ``A = U V^T`` with ``U = A2`` (their ``lin2``) and ``V = A1`` 
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
@@ -32,7 +31,7 @@ from ..errors import LinearizerError
 from ..flow.config import PAPER, FlowConfig
 from ..flow.spec import AUTHORS
 from ..invertible.unet import PaperUNet, paper_network
-from ..io import read_json, write_json
+from ..io import file_sha256, read_json, write_json
 from ..operators.lora import TimeLoRA
 from ..safe_pickle import PickledObject, TorchCheckpoint, read_torch_checkpoint
 
@@ -296,13 +295,15 @@ _PATTERNS = [(_pattern(ours), theirs, how) for ours, theirs, how in KEY_TABLE]
 _OUTER, _INNER = _PATTERNS[:_UNET_ROWS], _PATTERNS[_UNET_ROWS:]
 
 
-def _match(key: str, rows: list) -> tuple[dict[str, str], str | None, str, str] | None:
+def _match(key: str, rows: list, what: str) -> tuple[dict[str, str], str | None, str, str]:
+    """The first row of ``rows`` naming ``key``: its fields, leaf, their template and transform;
+    a key no row names is a gap in the table, an error naming ``what`` the key is."""
     for pattern, theirs, how in rows:
         m = pattern.match(key)
         if m is not None:
             fields = {k: v for k, v in m.groupdict().items() if v is not None}
             return fields, fields.pop("leaf", None), theirs, how
-    return None
+    raise LinearizerError(f"no official name for {what} {key!r} (table gap)")
 
 
 def _with_leaf(name: str, leaf: str | None, how: str) -> tuple[str, str]:
@@ -320,10 +321,7 @@ def unet_key_map(unet: PaperUNet) -> dict[str, tuple[str, str]]:
     top = unet.encoder_roles[0][1]
     out = {}
     for key in unet.state_dict():
-        hit = _match(key, _INNER)
-        if hit is None:
-            raise LinearizerError(f"no official name for U-Net tensor {key!r} (table gap)")
-        fields, leaf, theirs, how = hit
+        fields, leaf, theirs, how = _match(key, _INNER, "U-Net tensor")
         i = fields.get("i", "")
         fields |= {"top": f"{top}x{top}"}
         fields |= {"enc": names.get(f"enc:{i}"), "dec": names.get(f"dec:{i}")}
@@ -341,10 +339,7 @@ def key_map(flow: nn.Module) -> dict[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     inner: dict[str, dict[str, tuple[str, str]]] = {}
     for key in flow.state_dict():
-        hit = _match(key, _OUTER)
-        if hit is None:
-            raise LinearizerError(f"no official name for our tensor {key!r} (table gap)")
-        fields, leaf, theirs, how = hit
+        fields, leaf, theirs, how = _match(key, _OUTER, "our tensor")
         name = theirs.format(**fields)
         if how == "unet":
             prefix = key[: len(key) - len(leaf) - 1]
@@ -526,14 +521,6 @@ def flow_config(layout: OfficialLayout, args: dict[str, Any] | None = None) -> F
     return _config_and_notes(layout, args)[0]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _official_record(
     pth_path: Path, ckpt: TorchCheckpoint, layout: OfficialLayout, args: dict | None, notes: list
 ) -> dict[str, Any]:
@@ -543,7 +530,7 @@ def _official_record(
     return {
         "format": "official-one-step",
         "source": str(pth_path.resolve()),
-        "sha256": _sha256(pth_path),
+        "sha256": file_sha256(pth_path),
         "bytes": pth_path.stat().st_size,
         "zip_root": ckpt.root_name,
         "root_class": ckpt.root.type,

@@ -75,10 +75,9 @@ def load_images(cfg: DataConfig, img_size: int, split: str = "train") -> tuple[T
         return load_folder(
             root, split, img_size, cfg.channels, layout=kind, mixed_sizes=cfg.mixed_sizes
         )
-    if kind == "synthetic":
-        images, labels = strokes(2048 if split == "train" else 512, img_size, seed=seed)
-    elif kind == "synthetic-rgb":
-        images, labels = colour_strokes(2048 if split == "train" else 512, img_size, seed=seed)
+    if kind in ("synthetic", "synthetic-rgb"):
+        draw = strokes if kind == "synthetic" else colour_strokes
+        images, labels = draw(2048 if split == "train" else 512, img_size, seed=seed)
     elif kind == "photo-crops":
         images, labels = photo_crops(split, img_size)
     else:

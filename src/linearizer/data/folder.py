@@ -43,7 +43,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import LinearizerError
-from ..io import write_bytes
+from ..io import file_sha256, write_bytes
 from .mnist import default_cache_dir
 
 SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -124,17 +124,6 @@ def select(entries: list[Entry], split: str, celeba: bool) -> list[Entry]:
     if not chosen or len(chosen) == len(entries):
         return entries  # too few files to hold one out: both splits are the whole folder
     return chosen
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    except OSError as e:
-        raise LinearizerError(f"cannot read image {path}: {e.strerror or e}") from None
-    return h.hexdigest()
 
 
 def resize_crop_shorter(img: Image.Image, shorter: int) -> Image.Image:
@@ -222,7 +211,7 @@ def load_folder(
     celeba = layout == "celeba"
     entries = scan_celeba(root) if celeba else scan_folder(root)
     chosen = select(entries, split, celeba)
-    manifest = [[e.rel, file_sha256(root / e.rel), e.label] for e in chosen]
+    manifest = [[e.rel, file_sha256(root / e.rel, "image"), e.label] for e in chosen]
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "folders"
     path = _cache_path(cache, layout, manifest, img_size, channels, mixed_sizes)
     array = _read_cache(path, len(chosen), channels, img_size)

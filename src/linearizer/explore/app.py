@@ -237,17 +237,8 @@ def _invert_tab(gr: Any, ex: Explorer) -> None:
             seen = _image(gr, "input x as the model sees it", elem_id="invert-input")
             noise = _image(gr, "its noise x0 = g_noise⁻¹(B⁻¹ g_data(x))")
             again = _image(gr, "regenerated f(x0)")
-        swapped = (
-            [
-                _image(
-                    gr,
-                    f"x, then its noise drawn as each {f.noun}: g_data⁻¹(B_t B_c⁻¹ g_data(x))",
-                    elem_id="swap-strip",
-                )
-            ]
-            if classes
-            else []
-        )
+        swap_label = f"x, then its noise drawn as each {f.noun}: g_data⁻¹(B_t B_c⁻¹ g_data(x))"
+        swapped = [_image(gr, swap_label, elem_id="swap-strip")] if classes else []
         text = gr.Markdown(elem_id="invert-text")
         label = classes[0] if classes else None
 

@@ -39,7 +39,7 @@ from ..flow.inversion import interpolate, psnr_per_image, round_trip, round_trip
 from ..flow.model import DATA, NOISE, OneStepFlow
 from ..flow.spec import SamplerSpec, sample_spec
 from ..metrics.image import psnr_from_mse
-from .images import noise_picture, picture, to_model_image
+from .images import in_range, noise_picture, picture, to_model_image
 
 F64 = torch.float64
 METHODS = ("euler", "rk4")
@@ -231,21 +231,21 @@ class FlowViews:
         their PSNR and the time each took. A conditional model samples component ``component`` at
         ``guidance``; the mixture draws each sample's class (from ``seed``)."""
         steps, count = int(steps), int(count)
-        if not 1 <= steps <= MAX_STEPS:
-            raise LinearizerError(f"T must be in 1..{MAX_STEPS}, got {steps}")
+        in_range("T", steps, 1, MAX_STEPS)
         if method not in METHODS:
             raise LinearizerError(f"method must be one of {METHODS}, got {method!r}")
-        if not 1 <= count <= MAX_COUNT:
-            raise LinearizerError(f"count must be in 1..{MAX_COUNT}, got {count}")
+        in_range("count", count, 1, MAX_COUNT)
         c, w = self.parse_class(component), self.parse_guidance(guidance)
         spec = self.spec.replace(steps=steps, method=method, component=c, guidance=w)
         x0 = self._x0(seed, count)
         labels = self._drawn(seed, count) if self.components and c is None else None
-        per_class = (
-            [spec]
-            if labels is None
-            else [spec.replace(component=int(v)) for v in labels.unique().tolist()]
-        )
+        per_class, mixture = [spec], ""
+        if labels is not None:
+            per_class = [spec.replace(component=int(v)) for v in labels.unique().tolist()]
+            mixture = (
+                f" A mixture: {self.nouns} {', '.join(map(str, labels.tolist()))} drawn from "
+                f"the {self.drawn_from}, each sample through its {self.noun}'s exact generator."
+            )
         t0 = time.perf_counter()
         cached = all(self.model.is_cached(s) for s in per_class)
         for s in per_class:
@@ -258,14 +258,6 @@ class FlowViews:
         psnr = psnr_from_mse(float(((one.clamp(0, 1) - multi.clamp(0, 1)).double() ** 2).mean()))
         gap = float((one - multi).abs().max())
         collapse = "cached" if cached else f"collapsed in {1e3 * (t1 - t0):.0f} ms, now cached"
-        mixture = (
-            ""
-            if labels is None
-            else (
-                f" A mixture: {self.nouns} {', '.join(map(str, labels.tolist()))} drawn from "
-                f"the {self.drawn_from}, each sample through its {self.noun}'s exact generator."
-            )
-        )
         text = (
             f"**{spec.describe()}**, temperature {spec.temperature:g}, {count} samples, "
             f"seed {seed}.{mixture} One step (B {collapse}): "
@@ -370,11 +362,9 @@ class FlowViews:
         each swap) and a line with the round trip back to ``component``."""
         basis = self._inversion_basis(component)
         source = basis.spec.component
-        targets = (
-            list(range(self.components))
-            if str(to).strip().lower() == ALL
-            else [self._class_index(to)]
-        )
+        targets = list(range(self.components))
+        if str(to).strip().lower() != ALL:
+            targets = [self._class_index(to)]
         x1 = self.model_input(array)
         swapped = [self.model.swap(x1, basis.spec, t) for t in targets]
         back = torch.cat(
@@ -406,8 +396,7 @@ class FlowViews:
         inverted noises, and along the straight line in the data network's induced space (a
         conditional model inverts both under component ``component``)."""
         frames = int(frames)
-        if not 2 <= frames <= MAX_FRAMES:
-            raise LinearizerError(f"frames must be in 2..{MAX_FRAMES}, got {frames}")
+        in_range("frames", frames, 2, MAX_FRAMES)
         b = self._inversion_basis(component).b
         xa, xb = self.model_input(first), self.model_input(second)
         in_noise = interpolate(self.model, xa, xb, b, n=frames, space="noise")

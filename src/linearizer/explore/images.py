@@ -34,6 +34,12 @@ UPLOAD_HINT = f"PNG, JPEG, GIF, BMP or WebP, at most {MAX_UPLOAD_BYTES // (1024 
 DISPLAY_SIDE = 160  # small model images are enlarged (nearest) to at least this many pixels
 
 
+def in_range(name: str, value: float, low: int, high: int) -> None:
+    """Refuse a handler's ``value`` outside ``low..high`` with a one-line error."""
+    if not low <= value <= high:
+        raise LinearizerError(f"{name} must be in {low}..{high}, got {value}")
+
+
 def read_upload(path: str | os.PathLike) -> np.ndarray:
     """The uploaded file as a uint8 array ``[H, W]`` or ``[H, W, C]``, after the size checks."""
     path = Path(path)

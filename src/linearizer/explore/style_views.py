@@ -19,7 +19,7 @@ from ..style.bank import StyleBank
 from ..style.images import image_name, load_image
 from ..style.index_net import IndexStyleNet
 from ..style.model import StyleModel
-from .images import picture, to_model_image
+from .images import in_range, picture, to_model_image
 
 
 class StyleViews:
@@ -107,8 +107,7 @@ class StyleViews:
         if not isinstance(self.model, IndexStyleNet):
             raise LinearizerError("a style index needs an index-model (bank=index) run")
         t = float(t)
-        if not 0 <= t <= len(self.styles) - 1:
-            raise LinearizerError(f"the index must be in 0..{len(self.styles) - 1}, got {t}")
+        in_range("the index", t, 0, len(self.styles) - 1)
         out = self.model.at_index(x, t)
         text = (
             f"f(x) = g_y^-1(A(t) g_x(x)) at t = {t:.2f} (styles at {dict(enumerate(self.styles))})"

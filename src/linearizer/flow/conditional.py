@@ -35,7 +35,7 @@ from ..metrics.classifier import lenet_view, load_classifier, predict_logits
 from ..report import markdown_table, new_figure, save_figure
 from ..training.runs import GUIDANCE_FILE
 from . import evaluate
-from .evaluate import EvalOptions, Progress, Reference, draw_samples
+from .evaluate import EvalOptions, Progress, Reference, draw_samples, sampler_row
 from .model import OneStepFlow
 from .spec import SamplerSpec
 
@@ -135,10 +135,7 @@ def guidance_sweep(
         name = f"w={w:g}"
         rows.append(
             {
-                "name": name,
-                "what": f"class mixture, {row_spec.describe()}",
-                "spec": row_spec.to_dict(),
-                "sample_seconds": seconds,
+                **sampler_row(name, f"class mixture, {row_spec.describe()}", row_spec, seconds),
                 **measured,
                 "lenet_accuracy": lenet_acc,
                 "judge_accuracy": judge_acc,
@@ -173,35 +170,18 @@ ACCURACY = {"lenet": "accuracy (LeNet) mean / min", "judge": "accuracy (judge) m
 
 def results_tables(results: dict) -> str:
     """The sweep table (one row per w) and the per-class accuracy table."""
-    sweep = []
+    sweep, per_class = [], []
     for row in results["rows"]:
         cells = [fmt.format(row[key]) for _, key, fmt in COLUMNS]
         for who in ACCURACY:
             cells.append(f"{row[who + '_accuracy_mean']:.3f} / {row[who + '_accuracy_min']:.3f}")
         sweep.append([f"{row['name']}: {row['what']}", *cells])
-    per_class = [
-        [
-            row["name"],
-            *(
-                f"{a:.3f} / {b:.3f}"
-                for a, b in zip(row["lenet_accuracy"], row["judge_accuracy"], strict=True)
-            ),
-        ]
-        for row in results["rows"]
-    ]
-    return (
-        "\n".join(
-            [
-                markdown_table(["sampler", *(c[0] for c in COLUMNS), *ACCURACY.values()], sweep),
-                "",
-                "Per class, the share of samples classified as the class asked for (LeNet / "
-                "judge):",
-                "",
-                markdown_table(["w", *range(results["classes"])], per_class),
-            ]
-        )
-        + "\n"
-    )
+        pairs = zip(row["lenet_accuracy"], row["judge_accuracy"], strict=True)
+        per_class.append([row["name"], *(f"{a:.3f} / {b:.3f}" for a, b in pairs)])
+    sweep_table = markdown_table(["sampler", *(c[0] for c in COLUMNS), *ACCURACY.values()], sweep)
+    class_table = markdown_table(["w", *range(results["classes"])], per_class)
+    note = "Per class, the share of samples classified as the class asked for (LeNet / judge):"
+    return f"{sweep_table}\n\n{note}\n\n{class_table}\n"
 
 
 def sweep_figure(results: dict, path: Path) -> Path:

@@ -73,15 +73,10 @@ class FlowModelConfig(Config):
         size = self.network.img_size
         if size % 2 or size < 4:
             raise LinearizerError(f"img_size must be even and >= 4, got {size}")
-        for name in ("rank", "lora_hidden", "lora_depth"):
-            if getattr(self, name) < 1:
-                raise LinearizerError(f"config key '{name}' must be >= 1")
-        if self.lora_basis < 0:
-            raise LinearizerError(f"config key 'lora_basis' must be >= 0, got {self.lora_basis}")
-        if self.conditional and self.classes < 2:
-            raise LinearizerError(f"config key 'classes' must be >= 2, got {self.classes}")
-        if self.components < 1:
-            raise LinearizerError(f"config key 'components' must be >= 1, got {self.components}")
+        self._require("rank lora_hidden lora_depth", ">= 1", lambda v: not v < 1, got=False)
+        self._require("lora_basis", ">= 0", lambda v: not v < 0)
+        self._require("classes", ">= 2", lambda v: not (self.conditional and v < 2))
+        self._require("components", ">= 1", lambda v: not v < 1)
         if self.conditional and self.components > 1:
             raise LinearizerError(
                 "conditional=true and components > 1 exclude each other: a class-conditional "
@@ -147,13 +142,8 @@ class FlowConfig(FlowModelConfig, TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.time_groups < 0:
-            raise LinearizerError(f"config key 'time_groups' must be >= 0, got {self.time_groups}")
-        if self.calibration_samples < 0 or self.calibration_samples == 1:
-            raise LinearizerError(
-                f"config key 'calibration_samples' must be 0 or >= 2, got "
-                f"{self.calibration_samples}"
-            )
+        self._require("time_groups", ">= 0", lambda v: not v < 0)
+        self._require("calibration_samples", "0 or >= 2", lambda v: not (v < 0 or v == 1))
         if self.transport_steps < 0 or (self.transport_steps and not self.calibration_samples):
             raise LinearizerError(
                 f"config key 'transport_steps' must be 0, or >= 1 with calibration_samples > 0, "

@@ -143,6 +143,12 @@ def draw_samples(
     return torch.cat(out)
 
 
+def sampler_row(name: str, what: str, spec: SamplerSpec, seconds: float) -> dict:
+    """The fields a sampler's row of results starts with: its name, what it is, its full spec
+    and the seconds its samples took (the measurements follow)."""
+    return {"name": name, "what": what, "spec": spec.to_dict(), "sample_seconds": seconds}
+
+
 def _components(model: OneStepFlow, opts: EvalOptions) -> Tensor | None:
     """A mixture's component per sample, drawn once from the mixture weights with the
     evaluation's seed (its own stream, so the noise and the reference rows stay as they are):
@@ -186,13 +192,7 @@ def evaluate_flow(
         images = draw_samples(model, noise, spec, opts, progress, labels)
         seconds = time.perf_counter() - start
         measured.append(
-            {
-                "name": name,
-                "what": spec.describe(),
-                "spec": spec.to_dict(),
-                "sample_seconds": seconds,
-                **ref.measure(images),
-            }
+            {**sampler_row(name, spec.describe(), spec, seconds), **ref.measure(images)}
         )
         keep[name] = images[:64]
     if opts.references:

@@ -135,13 +135,9 @@ class MixtureFlow(OneStepFlow):
         components in one batched run (:func:`~linearizer.flow.solvers.integrate_each`)."""
         specs = [spec.replace(component=k) for k in ks]
         z0s = [self.encode(x, NOISE) for x in x0s]
-        z1s = solvers.integrate_each(
-            [self.operator(s) for s in specs],
-            [z.to(spec.torch_dtype) for z in z0s],
-            steps=spec.steps,
-            method=spec.method,
-            final=spec.final,
-        )
+        ops = [self.operator(s) for s in specs]
+        zs = [z.to(spec.torch_dtype) for z in z0s]
+        z1s = solvers.integrate_each(ops, zs, **factored.schedule_args(spec))
         return [
             self.finish(self.calibrate(z1, s), z0.dtype, s) for z1, z0, s in zip(z1s, z0s, specs)
         ]

@@ -210,14 +210,9 @@ class OneStepFlow(ImageModel):
         """Data latents ``z(1)`` of noise latents ``z0`` by the multi-step solver
         (:func:`linearizer.flow.solvers.integrate`), then ``K`` if ``spec`` applies it."""
         spec = sample_spec(spec, **changes)
+        args = factored.schedule_args(spec)
         z1 = solvers.integrate(
-            self.operator(spec),
-            z0,
-            steps=spec.steps,
-            method=spec.method,
-            final=spec.final,
-            dtype=spec.torch_dtype,
-            callback=callback,
+            self.operator(spec), z0, **args, dtype=spec.torch_dtype, callback=callback
         )
         return self.calibrate(z1, spec)
 
@@ -234,9 +229,8 @@ class OneStepFlow(ImageModel):
         weights last changed, or stored in the disk cache (:mod:`linearizer.flow.bcache`)."""
         form = self._form(form)
         hit = self._cache.get(self._memory_key(spec, form))
-        if hit is not None and hit[0] == _weights_version(self.op):
-            return True
-        return bcache.has(self._disk_key(spec, form))
+        fresh = hit is not None and hit[0] == _weights_version(self.op)
+        return fresh or bcache.has(self._disk_key(spec, form))
 
     def one_step_matrix(self, spec: SamplerSpec | None = None, **changes: Any) -> Tensor:
         """The collapsed B of ``spec`` (``z1 = B z0``, K composed in when the spec applies it)
@@ -253,14 +247,8 @@ class OneStepFlow(ImageModel):
         cal = self.maps(spec)[0]
 
         def build() -> Tensor | factored.FactoredMatrix:
-            b = factored.one_step(
-                self.operator(spec),
-                steps=spec.steps,
-                method=spec.method,
-                final=spec.final,
-                dtype=spec.torch_dtype,
-                form=form,
-            )
+            args = factored.schedule_args(spec)
+            b = factored.one_step(self.operator(spec), **args, dtype=spec.torch_dtype, form=form)
             return b if cal is None else cal.compose(b)
 
         def stored() -> Tensor | factored.FactoredMatrix:

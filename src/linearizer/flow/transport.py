@@ -294,15 +294,12 @@ def fit_transport(
             f"{len(data)}"
         )
     source, data = source.to(F64), data.to(F64)
-    s, c = torch.cov(source.T).reshape(k, k), torch.cov(data.T).reshape(k, k)
-    stats = {
-        "src_mean": source.mean(0),
-        "src_whiten": sym_power(s, -0.5),
-        "src_colour": sym_power(s, 0.5),
-        "dst_mean": data.mean(0),
-        "dst_whiten": sym_power(c, -0.5),
-        "dst_colour": sym_power(c, 0.5),
-    }
+    stats: dict[str, Tensor] = {}
+    for side, x in (("src", source), ("dst", data)):
+        cov = torch.cov(x.T).reshape(k, k)
+        stats[f"{side}_mean"] = x.mean(0)
+        stats[f"{side}_whiten"] = sym_power(cov, -0.5)
+        stats[f"{side}_colour"] = sym_power(cov, 0.5)
     white = ((data - stats["dst_mean"]) @ stats["dst_whiten"]).float()
     flow = _fit_flow(white, opts)
     return LatentTransport(basis, flow, stats)

@@ -10,7 +10,25 @@ from ..errors import LinearizerError
 from .base import InvertibleModule
 
 
-class ActNorm(InvertibleModule):
+class _ChannelAffine(nn.Module):
+    """What both ActNorms hold: ``rows`` per-channel ``(bias, log_scale)`` pairs of shape
+    ``[rows, C, 1, 1]``, zero at first (the identity), and the data-dependent start's flag
+    (a mixin beside :class:`InvertibleModule`, not a block of its own)."""
+
+    initialized: Tensor  # buffer: 1 once the data-dependent start has run
+
+    def __init__(self, channels: int, rows: int) -> None:
+        super().__init__()
+        if channels < 1:
+            name = type(self).__name__
+            raise LinearizerError(f"{name} needs at least one channel, got {channels}")
+        self.channels = channels
+        self.bias = nn.Parameter(torch.zeros(rows, channels, 1, 1))
+        self.log_scale = nn.Parameter(torch.zeros(rows, channels, 1, 1))
+        self.register_buffer("initialized", torch.zeros((), dtype=torch.uint8))
+
+
+class ActNorm(_ChannelAffine, InvertibleModule):
     """Per-channel affine map ``y = (x + bias) * exp(log_scale)``; inverse ``z * exp(-ls) - bias``.
 
     The bias is added *before* the scale, as in the authors' code, so their checkpoints load
@@ -33,16 +51,8 @@ class ActNorm(InvertibleModule):
     True
     """
 
-    initialized: Tensor  # buffer: 1 once the data-dependent start has run
-
     def __init__(self, channels: int) -> None:
-        super().__init__()
-        if channels < 1:
-            raise LinearizerError(f"ActNorm needs at least one channel, got {channels}")
-        self.channels = channels
-        self.bias = nn.Parameter(torch.zeros(1, channels, 1, 1))
-        self.log_scale = nn.Parameter(torch.zeros(1, channels, 1, 1))
-        self.register_buffer("initialized", torch.zeros((), dtype=torch.uint8))
+        super().__init__(channels, 1)
 
     @torch.no_grad()
     def initialize_(self, x: Tensor) -> None:
@@ -77,7 +87,7 @@ class ActNorm(InvertibleModule):
         return f"{self.channels}"
 
 
-class FlagActNorm(InvertibleModule):
+class FlagActNorm(_ChannelAffine, InvertibleModule):
     """ActNorm with its own per-channel ``(bias, log_scale)`` for each value of a 0/1 flag.
 
     The one-step flow shares one network as ``g_noise = G(., 0)`` and ``g_data = G(., 1)``;
@@ -100,16 +110,8 @@ class FlagActNorm(InvertibleModule):
     True
     """
 
-    initialized: Tensor  # buffer: 1 once the data-dependent start has run
-
     def __init__(self, channels: int) -> None:
-        super().__init__()
-        if channels < 1:
-            raise LinearizerError(f"FlagActNorm needs at least one channel, got {channels}")
-        self.channels = channels
-        self.bias = nn.Parameter(torch.zeros(2, channels, 1, 1))
-        self.log_scale = nn.Parameter(torch.zeros(2, channels, 1, 1))
-        self.register_buffer("initialized", torch.zeros((), dtype=torch.uint8))
+        super().__init__(channels, 2)
         self.odd_flags: tuple[float, ...] = ()  # these flags' biases are held at zero
 
     def _flags(self, x: Tensor, flag: Tensor | None) -> Tensor:

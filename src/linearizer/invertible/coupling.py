@@ -53,6 +53,12 @@ def clamp_log_scale(raw: Tensor, clamp: float, mode: str) -> Tensor:
     return clamp * torch.tanh(raw / clamp) if mode == "soft" else raw.clamp(-clamp, clamp)
 
 
+def _affine(x: Tensor, shift: Tensor, log_scale: Tensor, inverse: bool) -> Tensor:
+    """The coupling's map of the changed half, ``(x + s) exp(l)``, or its inverse ``x exp(-l) - s``
+    (memory-saving backpropagation re-runs the same arithmetic)."""
+    return x * torch.exp(-log_scale) - shift if inverse else (x + shift) * torch.exp(log_scale)
+
+
 class AffineCoupling(InvertibleModule):
     """Update one half of the channels given the other (see the module docstring).
 
@@ -146,12 +152,12 @@ class AffineCoupling(InvertibleModule):
     def forward(self, x: Tensor, flag: Tensor | None = None) -> Tensor:
         changed, kept = self._halves(x)
         shift, log_scale = self.shift_log_scale(kept, changed.shape[1], flag)
-        return self._join((changed + shift) * torch.exp(log_scale), kept)
+        return self._join(_affine(changed, shift, log_scale, False), kept)
 
     def inverse(self, z: Tensor, flag: Tensor | None = None) -> Tensor:
         changed, kept = self._halves(z)
         shift, log_scale = self.shift_log_scale(kept, changed.shape[1], flag)
-        return self._join(changed * torch.exp(-log_scale) - shift, kept)
+        return self._join(_affine(changed, shift, log_scale, True), kept)
 
     def extra_repr(self) -> str:
         bound = f", shift_bound={self.shift_bound:g}" if self.shift_bound else ""

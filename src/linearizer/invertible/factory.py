@@ -100,10 +100,7 @@ class NetworkConfig(Config):
         for name in ("img_size", "blocks", "hidden", "unet_blocks", "levels", "dense_hidden"):
             if getattr(self, name) < 1:
                 raise LinearizerError(f"config key 'network.{name}' must be >= 1")
-        if self.dense_blocks < 0:
-            raise LinearizerError(
-                f"config key 'network.dense_blocks' must be >= 0, got {self.dense_blocks}"
-            )
+        self._require("network.dense_blocks", ">= 0", lambda v: not v < 0)
         if self.dense_blocks and self.kind != "cpu":
             raise LinearizerError(
                 "config key 'network.dense_blocks' applies to the cpu network only"
@@ -112,10 +109,7 @@ class NetworkConfig(Config):
             raise LinearizerError(
                 "config key 'network.unet_channel_mult' needs positive multipliers"
             )
-        if not 0.0 <= self.dropout < 1.0:
-            raise LinearizerError(
-                f"config key 'network.dropout' must be in [0, 1), got {self.dropout}"
-            )
+        self._require("network.dropout", "in [0, 1)", lambda v: 0.0 <= v < 1.0)
         if self.kind == "paper" and self.levels != 1:
             raise LinearizerError("config key 'network.levels' applies to the cpu network only")
         if self.kind == "cpu" and self.img_size % 2**self.levels:
@@ -123,19 +117,13 @@ class NetworkConfig(Config):
                 f"network.levels={self.levels} needs img_size divisible by {2**self.levels}, "
                 f"got {self.img_size}"
             )
-        if not (self.logit == 0.0 or 0.0 < self.logit < 0.5):
-            raise LinearizerError(
-                f"config key 'network.logit' must be 0 (none) or in (0, 0.5), got {self.logit}"
-            )
+        self._require(
+            "network.logit", "0 (none) or in (0, 0.5)", lambda v: v == 0.0 or 0.0 < v < 0.5
+        )
         if self.logit and self.kind != "cpu":
             raise LinearizerError("config key 'network.logit' applies to the cpu network only")
-        if not self.clamp > 0:
-            raise LinearizerError(f"config key 'network.clamp' must be > 0, got {self.clamp}")
-        if self.shift_bound < 0:
-            raise LinearizerError(
-                f"config key 'network.shift_bound' must be >= 0 (0: unbounded), got "
-                f"{self.shift_bound}"
-            )
+        self._require("network.clamp", "> 0", lambda v: v > 0)
+        self._require("network.shift_bound", ">= 0 (0: unbounded)", lambda v: not v < 0)
         if self.noise_side == "shift" and (self.kind != "cpu" or self.odd_noise):
             raise LinearizerError(
                 "config key 'network.noise_side=shift' needs the cpu network and no "
@@ -177,26 +165,18 @@ def build_network(
             attn_resolutions=cfg.unet_attn,
             clamp=cfg.clamp,
         )
-    if cfg.odd_noise and not conditioned:
-        raise LinearizerError(
-            "config key 'network.odd_noise' needs a flagged network (the flow's g_noise); this "
-            "model's network takes no flag"
-        )
-    if cfg.noise_side == "shift" and not conditioned:
-        raise LinearizerError(
-            "config key 'network.noise_side=shift' needs a flagged network (the flow's g_noise); "
-            "this model's network takes no flag"
-        )
-    if cfg.noise_mean and not conditioned:
-        raise LinearizerError(
-            "config key 'network.noise_mean' needs a flagged network (the flow's g_noise); this "
-            "model's network takes no flag"
-        )
-    if cfg.logit and not conditioned:
-        raise LinearizerError(
-            "config key 'network.logit' needs a flagged network (the flow's g_data); this model's "
-            "network takes no flag"
-        )
+    flagged = {  # the settings that act at one flag of g, and the side of g that flag picks
+        "odd_noise": (cfg.odd_noise, "g_noise"),
+        "noise_side=shift": (cfg.noise_side == "shift", "g_noise"),
+        "noise_mean": (cfg.noise_mean, "g_noise"),
+        "logit": (cfg.logit, "g_data"),
+    }
+    for key, (active, side) in flagged.items():
+        if active and not conditioned:
+            raise LinearizerError(
+                f"config key 'network.{key}' needs a flagged network (the flow's {side}); this "
+                "model's network takes no flag"
+            )
     return cpu_network(
         in_channels=channels,
         num_blocks=cfg.blocks,

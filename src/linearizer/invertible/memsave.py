@@ -45,7 +45,7 @@ from torch import Tensor, nn
 
 from .actnorm import ActNorm, FlagActNorm
 from .base import InvertibleModule, as_flag
-from .coupling import AffineCoupling
+from .coupling import AffineCoupling, _affine
 from .network import CouplingBlock, InvertibleNetwork
 from .sequential import InvertibleSequential
 
@@ -144,12 +144,9 @@ def _coupling_backward(c: AffineCoupling, y: Tensor, grad: Tensor, flag, inverse
         shift, log_scale = c.shift_log_scale(kept_in, changed_y.shape[1], flag)
         # the piece ran as y = x exp(-l) - s (inverse) or y = (x + s) exp(l) (forward)
         with torch.no_grad():
-            if inverse:
-                changed_x = (changed_y + shift) * torch.exp(log_scale)
-            else:
-                changed_x = changed_y * torch.exp(-log_scale) - shift
+            changed_x = _affine(changed_y, shift, log_scale, not inverse)
         cx = changed_x.detach().requires_grad_(True)
-        out = cx * torch.exp(-log_scale) - shift if inverse else (cx + shift) * torch.exp(log_scale)
+        out = _affine(cx, shift, log_scale, inverse)
         found = torch.autograd.grad(
             c._join(out, kept_in), [cx, kept_in, *own], grad, allow_unused=True
         )

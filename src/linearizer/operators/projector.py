@@ -26,24 +26,31 @@ from .base import LinearOperator, factor_product
 from .dense import check_rows
 
 
-def _check_sizes(features: int, rank: int) -> None:
-    if not 1 <= rank <= features:
-        raise LinearizerError(f"projector rank must be in 1..{features}, got {rank}")
-
-
-class OrthogonalProjector(LinearOperator):
-    """``A = Q Q^T``, ``Q`` = orthonormal basis of ``span(W)``, ``W [D, k]`` the parameter.
-
-    The QR signs are fixed (``diag(R) >= 0``) so ``basis()`` is a deterministic function of ``W``.
-    """
+class _Projector(nn.Module):
+    """What both projectors share: ``A^2 = A``, square ``features x features``, of rank ``rank``
+    (a mixin beside :class:`LinearOperator`, not an operator of its own)."""
 
     idempotent = True
 
     def __init__(self, features: int, rank: int) -> None:
         super().__init__()
-        _check_sizes(features, rank)
+        if not 1 <= rank <= features:
+            raise LinearizerError(f"projector rank must be in 1..{features}, got {rank}")
         self.in_features = self.out_features = features
         self.rank = rank
+
+    def extra_repr(self) -> str:
+        return f"features={self.in_features}, rank={self.rank}"
+
+
+class OrthogonalProjector(_Projector, LinearOperator):
+    """``A = Q Q^T``, ``Q`` = orthonormal basis of ``span(W)``, ``W [D, k]`` the parameter.
+
+    The QR signs are fixed (``diag(R) >= 0``) so ``basis()`` is a deterministic function of ``W``.
+    """
+
+    def __init__(self, features: int, rank: int) -> None:
+        super().__init__(features, rank)
         self.W = nn.Parameter(torch.randn(features, rank))
 
     def basis(self) -> Tensor:
@@ -68,24 +75,16 @@ class OrthogonalProjector(LinearOperator):
         q = self.basis()
         return q, q
 
-    def extra_repr(self) -> str:
-        return f"features={self.in_features}, rank={self.rank}"
 
-
-class ObliqueProjector(LinearOperator):
+class ObliqueProjector(_Projector, LinearOperator):
     """``A = U (V^T U)^{-1} V^T`` with parameters ``U, V [D, k]``.
 
     ``V`` starts equal to ``U`` plus small noise, so ``V^T U`` starts well conditioned; it must
     stay invertible (the solve raises otherwise).
     """
 
-    idempotent = True
-
     def __init__(self, features: int, rank: int) -> None:
-        super().__init__()
-        _check_sizes(features, rank)
-        self.in_features = self.out_features = features
-        self.rank = rank
+        super().__init__(features, rank)
         u = torch.randn(features, rank) / features**0.5
         self.U = nn.Parameter(u)
         self.V = nn.Parameter(u + 0.1 * torch.randn(features, rank) / features**0.5)
@@ -114,6 +113,3 @@ class ObliqueProjector(LinearOperator):
 
     def matrix(self, t: float | Tensor | None = None, dtype: torch.dtype | None = None) -> Tensor:
         return factor_product(*self.factors(), dtype)
-
-    def extra_repr(self) -> str:
-        return f"features={self.in_features}, rank={self.rank}"

@@ -69,9 +69,9 @@ class ProjectiveConfig(TrainConfig):
         size = self.network.img_size
         if size < 8 or size & (size - 1):
             raise LinearizerError(f"img_size must be a power of 2 and >= 8, got {size}")
-        for name in ("rank", "match_dirs", "ign_width", "ign_latent"):
-            if getattr(self, name) < 1:
-                raise LinearizerError(f"config key '{name}' must be >= 1")
+        self._require(
+            "rank match_dirs ign_width ign_latent", ">= 1", lambda v: not v < 1, got=False
+        )
         if self.rank >= size * size:
             raise LinearizerError(
                 f"config key 'rank' must be below D = {size * size} (rank D is the identity)"
@@ -79,8 +79,7 @@ class ProjectiveConfig(TrainConfig):
         for name in ("rec_weight", "match_weight", "idem_weight", "tight_weight", "tight_clamp"):
             if not getattr(self, name) >= 0:
                 raise LinearizerError(f"config key '{name}' must be >= 0")
-        if not self.noise_std > 0:
-            raise LinearizerError(f"config key 'noise_std' must be > 0, got {self.noise_std}")
+        self._require("noise_std", "> 0", lambda v: v > 0)
 
 
 _SMOKE = dict(
@@ -126,32 +125,20 @@ SMOKE_IGN = ProjectiveConfig(**{**_SMOKE, **_IGN})
 # cannot); see docs/projective/README.md for the variants measured.
 CPU = ProjectiveConfig(rank=8, match="sliced", match_weight=1.0, **_CPU)
 CPU_IGN = ProjectiveConfig(**{**_CPU, **_IGN, "lr": 5e-4})
+# The GPU schedule of both models (ours and IGN's published one): batch 256, Adam 1e-4 and
+# 47,000 steps (201 epochs).
+_PAPER = dict(
+    batch_size=256, lr=1e-4, max_steps=47_000, ckpt_every=2350, log_every=50, eval_every=2350
+)
 PAPER = ProjectiveConfig(
     network=NetworkConfig(kind="paper", blocks=4, hidden=16, clamp=5.0, clamp_mode="hard"),
     rank=64,
-    batch_size=256,
-    lr=1e-4,
-    max_steps=47_000,
     warmup_steps=500,
     ema_decay=0.999,
     ema_warmup=1000,
-    ckpt_every=2350,
-    log_every=50,
-    eval_every=2350,
+    **_PAPER,
 )
-PAPER_IGN = ProjectiveConfig(
-    model="ign",
-    ign_width=32,
-    ign_latent=128,
-    batch_size=256,
-    lr=1e-4,
-    betas=(0.5, 0.999),
-    max_steps=47_000,
-    ema_decay=0.0,
-    ckpt_every=2350,
-    log_every=50,
-    eval_every=2350,
-)
+PAPER_IGN = ProjectiveConfig(**{**_PAPER, **_IGN}, ign_width=32, ign_latent=128, ema_decay=0.0)
 
 for _name, _cfg in (
     ("smoke", SMOKE),

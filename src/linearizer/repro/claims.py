@@ -309,13 +309,11 @@ def _round_trip(
     def noise(k: int | None, rows: Tensor) -> Tensor:
         return model.invert(x1[rows].to(ctx.device, dtype), bs[k].to(ctx.device)).cpu()
 
+    def back(k: int | None, rows: Tensor) -> Tensor:
+        return model.sample(x0[rows].to(ctx.device), ctx.spec(ctx.opts.steps, component=k)).cpu()
+
     x0 = ctx.by_parts(len(x1), noise)
-    return x0, ctx.by_parts(
-        len(x1),
-        lambda k, rows: model.sample(
-            x0[rows].to(ctx.device), ctx.spec(ctx.opts.steps, component=k)
-        ).cpu(),
-    )
+    return x0, ctx.by_parts(len(x1), back)
 
 
 def claim_inversion(ctx: Context) -> dict:

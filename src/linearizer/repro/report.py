@@ -90,16 +90,14 @@ def summary(claims: dict[str, dict]) -> list[str]:
 
 def deviations(cfg: FlowConfig, step: int) -> list[str]:
     """How this run differs from the paper's MNIST setup (read from its config)."""
-    out = []
     net = cfg.network
-    if net.kind == "cpu":
-        out.append(
-            f"Invertible network: small CNN couplings ({net.blocks} blocks, {net.hidden} "
-            "channels) instead of the authors' 4-block invertible U-Net (16 channels, dropout "
-            "0.1), so that it trains on 2 CPU cores."
-        )
-    else:
-        out.append(f"Invertible network: the authors' U-Net layout, {net.blocks} blocks.")
+    out = [
+        f"Invertible network: small CNN couplings ({net.blocks} blocks, {net.hidden} "
+        "channels) instead of the authors' 4-block invertible U-Net (16 channels, dropout "
+        "0.1), so that it trains on 2 CPU cores."
+        if net.kind == "cpu"
+        else f"Invertible network: the authors' U-Net layout, {net.blocks} blocks."
+    ]
     k = mixture_size(cfg)
     if k:
         kind = ("components found without labels", "the classes")[cfg.conditional]
@@ -109,15 +107,13 @@ def deviations(cfg: FlowConfig, step: int) -> list[str]:
             "turn and reads its worst component (per_component); generation draws each sample's "
             "component from the mixture weights. The figures show component 0."
         )
-    out.append(
+    out += [
         f"Operator A(t): rank {cfg.rank}, hypernetworks {cfg.lora_depth}x{cfg.lora_hidden} "
         f"({cfg.lora_activation}) on a {cfg.lora_emb}-d time embedding; the authors: rank 8, "
-        "2x512 GELU on 128-d."
-    )
-    out.append(
+        "2x512 GELU on 128-d.",
         f"Training: {step} steps of batch {cfg.batch_size} (lr {cfg.lr:g}) against the "
-        "authors' 201 epochs (about 47,000 steps of batch 256, lr 1e-4)."
-    )
+        "authors' 201 epochs (about 47,000 steps of batch 256, lr 1e-4).",
+    ]
     if resolve_perceptual(cfg.perceptual) != "lpips":
         out.append(
             f"Loss: the two x1 reconstruction terms use pixel {resolve_perceptual(cfg.perceptual)}"

@@ -269,8 +269,7 @@ def _commands(command: str, target: str, run: Path, preset: str | None, out: Pat
     else:
         name, made_in = _run_name(target, run)
         how = train_command(read_json(run / "config.json"), made_in)
-        lines.append(f"{how}   # how {name} was made")
-        lines.append(f"linearizer repro {name} --out {out}")
+        lines += [f"{how}   # how {name} was made", f"linearizer repro {name} --out {out}"]
     if command:
         lines.append(f"# this report: {command}")
     return lines

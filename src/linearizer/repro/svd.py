@@ -176,8 +176,7 @@ def render_svd(
 ) -> dict[str, Path]:
     """Write ``spectrum.png``, ``svd_directions.png`` and ``svd.json`` into ``out_dir``."""
     out = Path(out_dir)
-    label = f"{result.method} T={result.steps}"
-    spectra = {label: result.sigma, **(extra or {})}
+    spectra = {f"{result.method} T={result.steps}": result.sigma, **(extra or {})}
     euler_steps = tuple(
         sorted({int(k.split("T=")[1]) for k in spectra if k.startswith("euler T=")})
     )

@@ -146,12 +146,6 @@ def restore_report(
     t_start = time.perf_counter()
     prepare_prior(prior, train)
     n = len(truth)
-    opts = {
-        "iters": spec.iters,
-        "noise_steps": spec.noise_steps,
-        "noise_n": noise_n,
-        "map_steps": spec.map_steps,
-    }
     lenet = ref = truth_fid = None
     if classifier:
         from ..metrics import fid_from_features, lenet_features, load_classifier
@@ -185,7 +179,10 @@ def restore_report(
     results["meta"] = {
         "n": n,
         "seed": seed,
-        **opts,
+        "iters": spec.iters,
+        "noise_steps": spec.noise_steps,
+        "noise_n": noise_n,
+        "map_steps": spec.map_steps,
         "fit_n": spec.fit_n,
         "prior_mse": prior.prior_mse,
         "runs": runs or {},

@@ -63,11 +63,9 @@ class StyleBank(StyleModel):
         if init_scale:
             kernels += init_scale * torch.randn_like(kernels)
         self.kernels = nn.Parameter(kernels)
-        self.mixes = (
-            nn.Parameter(torch.eye(c).expand(s, c, c).clone())
-            if self.operator_kind == "channelmix"
-            else None
-        )
+        self.mixes = None
+        if self.operator_kind == "channelmix":
+            self.mixes = nn.Parameter(torch.eye(c).expand(s, c, c).clone())
 
     # -- weights -----------------------------------------------------------------------------
     def weight_vector(self, weights: Weights) -> Tensor:

@@ -73,21 +73,15 @@ class StyleConfig(TrainConfig):
             raise LinearizerError(f"img_size must be a multiple of 4 and >= 8, got {size}")
         if self.network.memory_saving:
             raise LinearizerError("config key 'network.memory_saving' is not supported by styles")
-        for name in ("kernel_size", "index_hidden", "index_depth"):
-            if getattr(self, name) < 1:
-                raise LinearizerError(f"config key '{name}' must be >= 1")
-        if self.index_emb < 4 or self.index_emb % 2:
-            raise LinearizerError(
-                f"config key 'index_emb' must be even and >= 4, got {self.index_emb}"
-            )
+        self._require(
+            "kernel_size index_hidden index_depth", ">= 1", lambda v: not v < 1, got=False
+        )
+        self._require("index_emb", "even and >= 4", lambda v: not (v < 4 or v % 2))
         if self.crop and (self.crop < 8 or self.crop % 4 or self.crop > size):
             raise LinearizerError(
                 f"config key 'crop' must be 0 or a multiple of 4 in [8, img_size], got {self.crop}"
             )
-        if self.strip_frames < 2:
-            raise LinearizerError(
-                f"config key 'strip_frames' must be >= 2, got {self.strip_frames}"
-            )
+        self._require("strip_frames", ">= 2", lambda v: not v < 2)
         if len(set(self.style_names)) != len(self.style_names):
             raise LinearizerError(f"style_names must be distinct, got {self.style_names}")
 

@@ -349,10 +349,9 @@ def bank_report(results: dict[str, Any]) -> str:
         if (m := interp.get(who)) is not None
     ]
     timing = results.get("wall_time_s", {})
-    wall = (
-        None
-        if not timing
-        else section(
+    wall = None
+    if timing:
+        wall = section(
             "Wall time (seconds)",
             markdown_table(
                 ["phase", "seconds"], [[k, f"{v:.0f}"] for k, v in timing.items() if v is not None]
@@ -360,7 +359,6 @@ def bank_report(results: dict[str, Any]) -> str:
             f"Threads: training {results.get('train_threads', '?')}, "
             f"evaluation {results.get('threads', '?')}.",
         )
-    )
     return render_report(
         "Style bank: measurements",
         f"Styles: {', '.join(results['styles'])}; content: {', '.join(results['contents'])}.",

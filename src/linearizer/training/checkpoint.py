@@ -353,10 +353,8 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     skipped: list[str] = []
     for step in sorted(on_disk, reverse=True):
         path = checkpoint_path(run_dir, step)
-        try:
-            verify_checkpoint(path)
-        except LinearizerError as e:
-            skipped.append(f"{path.name}: {e}")
+        if problem := _problem(path):
+            skipped.append(problem)
             continue
         if skipped:
             warnings.warn(
@@ -372,14 +370,18 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def unusable_checkpoints(run_dir: str | Path) -> list[str]:
     """``"<file>: <problem>"`` for every checkpoint of ``run_dir`` that does not verify."""
-    problems = []
-    for step in sorted(_steps_on_disk(run_dir), reverse=True):
-        path = checkpoint_path(run_dir, step)
-        try:
-            verify_checkpoint(path)
-        except LinearizerError as e:
-            problems.append(f"{path.name}: {e}")
-    return problems
+    steps = sorted(_steps_on_disk(run_dir), reverse=True)
+    problems = [_problem(checkpoint_path(run_dir, step)) for step in steps]
+    return [p for p in problems if p is not None]
+
+
+def _problem(path: Path) -> str | None:
+    """``"<file>: <problem>"`` when the checkpoint at ``path`` does not verify, else None."""
+    try:
+        verify_checkpoint(path)
+    except LinearizerError as e:
+        return f"{path.name}: {e}"
+    return None
 
 
 def read_checkpoint(path: str | Path) -> tuple[dict, dict[str, Tensor]]:

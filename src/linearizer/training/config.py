@@ -194,30 +194,13 @@ class TrainConfig(Config):
 
     def validate(self) -> None:
         super().validate()
-        positive = {
-            "max_steps": self.max_steps,
-            "batch_size": self.batch_size,
-            "keep_last": self.keep_last,
-            "log_every": self.log_every,
-        }
-        for name, value in positive.items():
-            if value < 1:
-                raise LinearizerError(f"config key '{name}' must be >= 1, got {value}")
-        non_negative = {
-            "max_minutes": self.max_minutes,
-            "lr": self.lr,
-            "eps": self.eps,
-            "weight_decay": self.weight_decay,
-            "warmup_steps": self.warmup_steps,
-            "grad_clip": self.grad_clip,
-            "ema_warmup": self.ema_warmup,
-            "ckpt_every": self.ckpt_every,
-            "eval_every": self.eval_every,
-            "threads": self.threads,
-        }
-        for name, value in non_negative.items():
-            if not value >= 0:
-                raise LinearizerError(f"config key '{name}' must be >= 0, got {value}")
+        self._require("max_steps batch_size keep_last log_every", ">= 1", lambda v: not v < 1)
+        self._require(
+            "max_minutes lr eps weight_decay warmup_steps grad_clip ema_warmup ckpt_every "
+            "eval_every threads",
+            ">= 0",
+            lambda v: v >= 0,
+        )
         if not self.finish_minutes >= 0 or (
             self.finish_minutes and not self.finish_minutes < self.max_minutes
         ):
@@ -228,14 +211,9 @@ class TrainConfig(Config):
             )
         if self.lr_clock == "time" and self.max_minutes <= 0:
             raise LinearizerError("lr_clock=time needs a wall-clock budget (max_minutes > 0)")
-        if not 0.0 <= self.ema_decay < 1.0:
-            raise LinearizerError(f"config key 'ema_decay' must be in [0, 1), got {self.ema_decay}")
-        if not 0.0 <= self.min_lr_ratio <= 1.0:
-            raise LinearizerError(
-                f"config key 'min_lr_ratio' must be in [0, 1], got {self.min_lr_ratio}"
-            )
-        if not all(0.0 <= b < 1.0 for b in self.betas):
-            raise LinearizerError(f"config key 'betas' must be in [0, 1), got {self.betas}")
+        self._require("ema_decay", "in [0, 1)", lambda v: 0.0 <= v < 1.0)
+        self._require("min_lr_ratio", "in [0, 1]", lambda v: 0.0 <= v <= 1.0)
+        self._require("betas", "in [0, 1)", lambda v: all(0.0 <= b < 1.0 for b in v))
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
             raise LinearizerError(
                 f"config key 'device' must be auto, cpu or cuda[:N]; got {self.device!r}"

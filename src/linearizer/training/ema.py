@@ -61,28 +61,25 @@ class EMA:
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
         d = self.current_decay()
-        state = model_tensors(model)
-        self._check_keys(state)
-        for name, s in self.shadow.items():
-            p = state[name].detach()
+        for s, p in self._pairs(model):
             if s.is_floating_point() or s.is_complex():
-                s.lerp_(p.to(s.dtype), 1.0 - d)
+                s.lerp_(p.detach().to(s.dtype), 1.0 - d)
             else:
-                s.copy_(p)
+                s.copy_(p.detach())
         self.num_updates += 1
 
-    def _check_keys(self, state: dict[str, Tensor]) -> None:
+    def _pairs(self, model: nn.Module) -> list[tuple[Tensor, Tensor]]:
+        """``(shadow, live)`` tensor pairs, once the model is checked to hold the same entries."""
+        state = model_tensors(model)
         if state.keys() != self.shadow.keys():
             extra = sorted(set(state) ^ set(self.shadow))[:3]
             raise LinearizerError(f"EMA and model disagree on state entries: {extra}")
+        return [(s, state[name]) for name, s in self.shadow.items()]
 
     @torch.no_grad()
     def swap(self, model: nn.Module) -> None:
         """Exchange model and shadow weights in place (calling it twice restores both)."""
-        state = model_tensors(model)
-        self._check_keys(state)
-        for name, s in self.shadow.items():
-            p = state[name]
+        for s, p in self._pairs(model):
             tmp = p.detach().clone()
             p.copy_(s)
             s.copy_(tmp)

@@ -393,7 +393,8 @@ class Trainer:
         }
         tracker.log_summary(step, summary)
         finish_start = time.perf_counter()
-        finish = self._finish(model, ema, env, step)
+        # its time comes out of finish_minutes (the steps stopped that much before max_minutes)
+        finish = self._hook("on_finish", env, model, None, ema, step, self.run_dir)
         finish_s = time.perf_counter() - finish_start
         self._status(
             env,
@@ -442,29 +443,21 @@ class Trainer:
             )
         return checkpoint_dir(self.run_dir) / f"ckpt_{step:08d}.safetensors"
 
-    def _finish(self, model, ema, env: D.DistEnv, step: int) -> dict | None:
-        """The task's ``on_finish``, after the last step: its time comes out of
-        ``finish_minutes`` (the steps stopped that much before ``max_minutes``)."""
-        hook = getattr(self.task, "on_finish", None)
+    def _hook(self, name: str, env: D.DistEnv, model, ema: EMA | None, *args: Any) -> Any:
+        """``task.<name>(model, *args)`` on rank 0, in eval mode without gradients and with the
+        ``ema`` weights applied when given; None on other ranks or for a task without it."""
+        hook = getattr(self.task, name, None)
         if not env.is_main or not callable(hook):
             return None
         model.eval()
         try:
-            with torch.no_grad():
-                return hook(model, ema, step, self.run_dir)
+            with torch.no_grad(), ema.applied(model) if ema is not None else nullcontext():
+                return hook(model, *args)
         finally:
             model.train()
 
     def _eval(self, model, ema, env: D.DistEnv, tracker, step: int) -> None:
-        hook = getattr(self.task, "on_eval", None)
-        if not env.is_main or not callable(hook):
-            return
-        model.eval()
-        try:
-            with torch.no_grad(), ema.applied(model) if ema is not None else nullcontext():
-                out = hook(model, step, self.run_dir)
-        finally:
-            model.train()
+        out = self._hook("on_eval", env, model, ema, step, self.run_dir)
         if out:
             images = {k: v for k, v in out.items() if isinstance(v, (str, Path))}
             numbers = {f"eval/{k}": v for k, v in out.items() if k not in images}
