@@ -250,7 +250,7 @@ def fit_calibration(
     spec = opts.sampler
     model.check_images(images[:1], "training images")
     param = next(model.parameters())
-    b = factored.one_step(model.op, **factored.schedule_args(spec), dtype=F64)
+    b = factored.one_step(model.op, **spec.solver_args, dtype=F64)
     q = _range_basis(b, int(getattr(model.op, "rank", model.dim)))
     gen = torch.Generator().manual_seed(opts.seed)
     noise = spec.temperature * torch.randn(opts.n, *model.image_shape, generator=gen)
@@ -360,7 +360,7 @@ def from_tensors(tensors: dict[str, Tensor], prefix: str, fit: FitOptions) -> La
 def _fitted_for(spec: SamplerSpec) -> SamplerSpec:
     """What a calibration records of the spec it was fitted with: its schedule and
     temperature (the dtype and the maps asked for are the caller's)."""
-    return SamplerSpec(**factored.schedule_args(spec), temperature=spec.temperature)
+    return SamplerSpec(**spec.solver_args, temperature=spec.temperature)
 
 
 def calibration_info(run_dir: str | Path) -> dict[str, Any] | None:

@@ -29,17 +29,12 @@ True
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 import torch
 from torch import Tensor
 
 from ..errors import LinearizerError
 from ..operators.base import LinearOperator
 from . import solvers
-
-if TYPE_CHECKING:
-    from .spec import SamplerSpec
 
 FORMS = ("auto", "dense", "factored")
 # Below this latent size the dense B is at most 128 MiB in float64 and its GEMMs are fast; keeping
@@ -186,12 +181,6 @@ def _factored(sched: solvers.Schedule, callback: solvers.Callback | None) -> Fac
         v[:, k : k + kb].copy_(bf.v)
         c, k = c * x.pi, k + kb
     return FactoredMatrix(c, u, v)
-
-
-def schedule_args(spec: SamplerSpec) -> dict[str, Any]:
-    """A sampler spec's schedule as the keywords of :func:`one_step` and the solvers
-    (:func:`~linearizer.flow.solvers.integrate`): ``steps``, ``method`` and ``final``."""
-    return {"steps": spec.steps, "method": spec.method, "final": spec.final}
 
 
 def worth_factoring(dim: int, width: int | None) -> bool:

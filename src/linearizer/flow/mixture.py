@@ -137,7 +137,7 @@ class MixtureFlow(OneStepFlow):
         z0s = [self.encode(x, NOISE) for x in x0s]
         ops = [self.operator(s) for s in specs]
         zs = [z.to(spec.torch_dtype) for z in z0s]
-        z1s = solvers.integrate_each(ops, zs, **factored.schedule_args(spec))
+        z1s = solvers.integrate_each(ops, zs, **spec.solver_args)
         return [
             self.finish(self.calibrate(z1, s), z0.dtype, s) for z1, z0, s in zip(z1s, z0s, specs)
         ]

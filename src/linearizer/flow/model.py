@@ -210,7 +210,7 @@ class OneStepFlow(ImageModel):
         """Data latents ``z(1)`` of noise latents ``z0`` by the multi-step solver
         (:func:`linearizer.flow.solvers.integrate`), then ``K`` if ``spec`` applies it."""
         spec = sample_spec(spec, **changes)
-        args = factored.schedule_args(spec)
+        args = spec.solver_args
         z1 = solvers.integrate(
             self.operator(spec), z0, **args, dtype=spec.torch_dtype, callback=callback
         )
@@ -247,7 +247,7 @@ class OneStepFlow(ImageModel):
         cal = self.maps(spec)[0]
 
         def build() -> Tensor | factored.FactoredMatrix:
-            args = factored.schedule_args(spec)
+            args = spec.solver_args
             b = factored.one_step(self.operator(spec), **args, dtype=spec.torch_dtype, form=form)
             return b if cal is None else cal.compose(b)
 

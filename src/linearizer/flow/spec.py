@@ -122,6 +122,11 @@ class SamplerSpec(Config):
         return self.steps, self.method, self.final
 
     @property
+    def solver_args(self) -> dict[str, Any]:
+        """The schedule as the keywords of the solvers and of ``factored.one_step``."""
+        return dict(zip(("steps", "method", "final"), self.schedule))
+
+    @property
     def condition(self) -> tuple[int | None, float]:
         """``(component, guidance)``: what picks a mixture's operator ``A(t, k)`` (guidance
         only for a class-conditional model)."""

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..errors import LinearizerError
+from ..errors import LinearizerError, deprecated
 
 
 class InvertibleModule(nn.Module):
@@ -56,12 +55,6 @@ class InvertibleModule(nn.Module):
 FLAG_METHODS = ("forward", "inverse", "inverse_logdet")
 
 
-def _deprecated(old: str, new: str, owner: str) -> None:
-    warnings.warn(
-        f"{owner}: the keyword {old}= is deprecated; use {new}=", DeprecationWarning, stacklevel=3
-    )
-
-
 def accepts_cond(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` (a method with a ``flag`` parameter) that also takes the keyword ``cond=``, its
     former name, with a :class:`DeprecationWarning`. Methods that still name it ``cond`` (or
@@ -86,7 +79,7 @@ def accepts_cond(fn: Callable[..., Any]) -> Callable[..., Any]:
         if "cond" in kwargs:
             if "flag" in kwargs:
                 raise LinearizerError("give flag= (or the deprecated cond=), not both")
-            _deprecated("cond", "flag", f"{type(self).__name__}.{fn.__name__}")
+            deprecated(f"{type(self).__name__}.{fn.__name__}: the keyword cond=", "flag=")
             kwargs["flag"] = kwargs.pop("cond")
         return fn(self, *args, **kwargs)
 
@@ -111,12 +104,8 @@ def as_flag(value: float | Tensor | None, batch: int, ref: Tensor) -> Tensor | N
 
 def as_cond(value: float | Tensor | None, batch: int, ref: Tensor) -> Tensor | None:
     """Deprecated name of :func:`as_flag` (kept for one release)."""
-    _deprecated_name("as_cond", "as_flag")
+    deprecated("as_cond", "as_flag")
     return as_flag(value, batch, ref)
-
-
-def _deprecated_name(old: str, new: str) -> None:
-    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
 
 
 class Conditioned(nn.Module):
@@ -144,7 +133,7 @@ class Conditioned(nn.Module):
                 raise LinearizerError(
                     "give Conditioned a flag (or the deprecated value=), not both"
                 )
-            _deprecated("value", "flag", "Conditioned")
+            deprecated("Conditioned: the keyword value=", "flag=")
             flag = value
         if flag is None:
             raise LinearizerError("Conditioned needs a flag (the network's conditioning value)")
@@ -154,11 +143,7 @@ class Conditioned(nn.Module):
     @property
     def value(self) -> float:
         """Deprecated name of :attr:`flag`."""
-        warnings.warn(
-            "Conditioned.value is deprecated; use Conditioned.flag",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        deprecated("Conditioned.value", "Conditioned.flag")
         return self.flag
 
     def forward(self, x: Tensor) -> Tensor:

@@ -50,13 +50,11 @@ True
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import Tensor, nn
 
 from ..algebra import Linearizer
-from ..errors import LinearizerError
+from ..errors import LinearizerError, deprecated
 from ..image_model import ImageModel
 from ..operators.base import LinearOperator
 
@@ -113,11 +111,7 @@ class ProjectiveModel(ImageModel):
 
     def as_linearizer(self) -> Linearizer:
         """Deprecated alias of :meth:`generator`; warns and returns ``generator()``."""
-        warnings.warn(
-            "ProjectiveModel.as_linearizer() is deprecated; use generator()",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        deprecated("ProjectiveModel.as_linearizer()", "generator()")
         return self.generator()
 
     # --- latent side ------------------------------------------------------------------------

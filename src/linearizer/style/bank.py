@@ -32,7 +32,6 @@ True
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,7 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from ..algebra import Linearizer
-from ..errors import LinearizerError
+from ..errors import LinearizerError, deprecated
 from .model import StyleModel
 from .operators import WeightedStyleOperator, apply_operator, identity_kernel
 
@@ -169,9 +168,5 @@ class StyleBank(StyleModel):
         self, weights: Weights | str, image_size: tuple[int, int], identity: float = 0.0
     ) -> Linearizer:
         """Deprecated alias of :meth:`generator`; warns and returns its result."""
-        warnings.warn(
-            "StyleBank.linearizer() is deprecated; use generator()",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        deprecated("StyleBank.linearizer()", "generator()")
         return self.generator(weights, image_size, identity)
