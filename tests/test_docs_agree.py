@@ -108,6 +108,9 @@ J = {
     "mix_t08": "docs/mixture/temperature-2026-12-07/tau-0.8/results.json",
     "mix_t09": "docs/mixture/temperature-2026-12-07/tau-0.9/results.json",
     "mix_t118": "docs/mixture/temperature-2026-12-07/tau-1.18/results.json",
+    "mix20_t114": "docs/mixture/temperature-k20/tau-1.14/results.json",
+    "mix20_t09": "docs/mixture/temperature-k20/tau-0.9/results.json",
+    "mix20_cal": "docs/mixture/temperature-k20/calibration.json",
     "feat_pixels": "docs/mixture/features-2026-12-07/pixels/results.json",
     "feat_latent": "docs/mixture/features-2026-12-07/latent/results.json",
 }
@@ -900,6 +903,23 @@ CHECKS += [
         "docs/mixture.md",
         "τ = 0.9 and 0.8 score {} / {} and {} / {}",
         fid("mix_t09", "method") + fid("mix_t08", "method"),
+    ),
+    (
+        "docs/mixture.md",
+        "the rule picks τ = {} (2,000 samples against the first 2,000 training images' pixel "
+        "spread {};",
+        [v("mix20_cal", "tau", ".2f"), v("mix20_cal", "target_pixel_spread", ".3f")],
+    ),
+    (
+        "docs/mixture.md",
+        "which scores {} / {} against {} / {} at τ = 1, and τ = 0.9 scores {} / {}",
+        fid("mix20_t114", "method") + fid("mix", "method") + fid("mix20_t09", "method"),
+    ),
+    (
+        "CHANGELOG.md",
+        "At the temperature rule's τ = {} and at τ = 0.9 the twenty components score {} / {} and "
+        "{} / {}, so τ = 1 stays",
+        [v("mix20_cal", "tau", ".2f")] + fid("mix20_t114", "method") + fid("mix20_t09", "method"),
     ),
     ("docs/mixture.md", "| pixels | {} | {} | {} | {} |", method_row("feat_pixels")),
     ("docs/mixture.md", "| latent | {} | {} | {} | {} |", method_row("feat_latent")),
