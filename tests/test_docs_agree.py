@@ -68,6 +68,9 @@ J = {
     "oddrate": "docs/mixture/odd-mean-2026-12-07/step_rate.json",
     "first_call": "docs/mixture/first_call-k10-2026-12-07.json",
     "first_call_k20": "docs/mixture/first_call.json",
+    "first_call_k20_b2b": "docs/mixture/first_call-batched-back-to-back.json",
+    "first_call_k20_busy": "docs/mixture/first_call-k20-batched-2026-12-07.json",
+    "first_call_memory": "docs/mixture/first_call_memory.json",
     "stages": "docs/flow/stages-2026-12-07/linearity_stages.json",
     "first_call_b": "docs/mixture/first_call_one_step.json",
     "first_call_old": "docs/mixture/first_call-2026-12-05.json",
@@ -1493,6 +1496,48 @@ CHECKS += (
             [
                 *first_calls("first_call_k20", "first"),
                 v("first_call_k20", "ratio_second_to_first/first"),
+            ],
+        ),
+        (
+            "CHANGELOG.md",
+            "the same benchmark run just before on the per-component route read {} s against {} s "
+            "({}x)",
+            [
+                *first_calls("first_call_k20_b2b", "first"),
+                v("first_call_k20_b2b", "ratio_second_to_first/first"),
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "The same benchmark run just before on the per-component factor route read {} s "
+            "against {} s ({}×, [first_call-batched-back-to-back.json]",
+            [
+                *first_calls("first_call_k20_b2b", "first"),
+                v("first_call_k20_b2b", "ratio_second_to_first/first"),
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "and earlier that day, on a busier machine, {} s against {} s ({}×,",
+            [
+                *first_calls("first_call_k20_busy", "first"),
+                v("first_call_k20_busy", "ratio_second_to_first/first"),
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "a peak of {} MB against {} MB for the whole call",
+            [
+                v("first_call_memory", "routes/rows/peak_rss_mb", ",.0f"),
+                v("first_call_memory", "routes/per-component factors/peak_rss_mb", ",.0f"),
+            ],
+        ),
+        (
+            "CHANGELOG.md",
+            "the call's peak memory falls from {} MB to {} MB",
+            [
+                v("first_call_memory", "routes/per-component factors/peak_rss_mb", ",.0f"),
+                v("first_call_memory", "routes/rows/peak_rss_mb", ",.0f"),
             ],
         ),
         (

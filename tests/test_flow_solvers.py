@@ -7,8 +7,10 @@ import torch
 
 from linearizer.errors import LinearizerError
 from linearizer.flow import solvers
+from linearizer.operators import lora
 from linearizer.operators.base import LinearOperator
-from tolerance import assert_near
+from linearizer.operators.lora import TimeLoRA
+from tolerance import assert_near, scale_of
 
 D, R = 12, 3
 
@@ -309,3 +311,53 @@ def test_integrate_each_is_integrate_per_operator(ops, method):
 def test_integrate_each_needs_one_batch_per_operator():
     with pytest.raises(LinearizerError, match="one batch per operator"):
         solvers.integrate_each([SmoothLoRA()], [], steps=4, method="euler", final="skip")
+
+
+# ----------------------------------------------------------------------------- rows route
+
+
+def _classes_lora(basis: int) -> TimeLoRA:
+    """A class-conditional operator moved off its zero start, in float64."""
+    with torch.random.fork_rng():
+        torch.manual_seed(11)
+        op = TimeLoRA(D, rank=2, emb_dim=8, hidden=16, basis=basis, classes=3).double()
+    gen = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for p in op.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return op
+
+
+@pytest.mark.parametrize("method", solvers.METHODS)
+@pytest.mark.parametrize("guidance", [0.0, 1.5])
+def test_few_rows_per_class_take_the_rows_route_and_match_the_factors(method, guidance):
+    """Classes of one operator with under four rows each: integrate_each applies the operator to
+    all rows at once from its basis (no class's factors formed), equal to integrating each
+    class alone up to float64 rounding, guidance included."""
+    op = _classes_lora(basis=4)
+    ops = [op.given(k, guidance) for k in (2, 0, 1)]
+    gen = torch.Generator().manual_seed(12)
+    zs = [torch.randn(n, D, dtype=torch.float64, generator=gen) for n in (1, 3, 2)]
+    assert lora.rows_apply(ops, [1, 3, 2], torch.float64) is not None
+    formed: list[int] = []
+    stacked = op._stacked_factors
+    op._stacked_factors = lambda tt, cc=None: formed.append(len(tt)) or stacked(tt, cc)
+    got = solvers.integrate_each(ops, zs, steps=30, method=method, final="predict")
+    assert not [n for n in formed if n > 1]  # only the null class of guidance, one time a call
+    del op._stacked_factors
+    for g_op, z, g in zip(ops, zs, got, strict=True):
+        want = solvers.integrate(g_op, z, steps=30, method=method, final="predict")
+        # the routes round differently at every step, by a few eps of the path's largest size
+        assert_near(g, want, eps_factor=1000, scale=max(scale_of(z), scale_of(want)))
+
+
+def test_the_rows_route_needs_a_basis_few_rows_one_operator_and_its_dtype():
+    with_basis, without = _classes_lora(basis=4), _classes_lora(basis=0)
+    three = [with_basis.given(k) for k in range(3)]
+    assert lora.rows_apply(three, [1, 2, 3], torch.float64) is not None
+    assert lora.rows_apply(three, [4, 4, 4], torch.float64) is None  # four rows a class
+    assert lora.rows_apply(three, [1, 2, 3], torch.float32) is None  # another working dtype
+    assert lora.rows_apply([without.given(k) for k in range(3)], [1, 1, 1], torch.float64) is None
+    mixed = [with_basis.given(0), with_basis.given(1, 2.0)]  # two guidances
+    assert lora.rows_apply(mixed, [1, 1], torch.float64) is None
+    assert lora.rows_apply([SmoothLoRA(), SmoothLoRA()], [1, 1], torch.float64) is None

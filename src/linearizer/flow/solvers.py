@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from ..errors import LinearizerError
 from ..operators.base import LinearOperator
+from ..operators.lora import rows_apply
 
 FINALS = ("skip", "predict")
 Callback = Callable[[dict[str, Any]], None]
@@ -101,7 +102,9 @@ class _Factors:
         dtype: torch.dtype,
         chunk: int = 16,
         lazy: bool = False,
+        direct: Callable[[Tensor, float], Tensor] | None = None,
     ) -> None:
+        self.direct = direct  # A(t) z applied as a whole (the operator's own rows route)
         self.times = list(dict.fromkeys(times))
         self.index = {t: k for k, t in enumerate(self.times)}
         self.op, self.dtype, self.chunk, self.lazy = op, dtype, chunk, lazy
@@ -170,6 +173,8 @@ class _Factors:
 
     def apply(self, z: Tensor, t: float) -> Tensor:
         """``A(t) z`` for every row of ``z``."""
+        if self.direct is not None:
+            return self.direct(z, t)
         k = self.index[t]
         if self.lazy:
             u, v = self._lazy(k)
@@ -239,7 +244,10 @@ def integrate_each(
 ) -> list[Tensor]:
     """``integrate(ops[k], zs[k])`` for every ``k`` in one pass: the rows go through every step
     together, each group through its own operator, so a mixture's few samples per component
-    cost one solver run, not K.
+    cost one solver run, not K. When the operators are classes of one class-conditional
+    :class:`~linearizer.operators.lora.TimeLoRA` with under four rows each, every step applies
+    it to all rows at once from its basis and forms no class's factors
+    (:func:`~linearizer.operators.lora.rows_apply`): the same map, to float64 rounding.
 
     >>> from linearizer.operators.dense import Dense
     >>> ops = [Dense(torch.eye(3, dtype=torch.float64) * s) for s in (0.5, 2.0)]
@@ -254,7 +262,11 @@ def integrate_each(
     dtype = dtype or zs[0].dtype
     stack = _Stack(ops, [len(z) for z in zs])
     rows = torch.cat([z.to(dtype) for z in zs])
-    out = Schedule(stack, steps, method, final, dtype, lazy=True).propagate(rows, None)
+    # few rows per operator: the rows through their common operator at once, when it can
+    direct = rows_apply(ops, stack.counts, dtype)
+    out = Schedule(stack, steps, method, final, dtype, lazy=True, direct=direct).propagate(
+        rows, None
+    )
     return list(out.split(stack.counts))
 
 
@@ -330,7 +342,8 @@ class Schedule:
     :meth:`blocks` yields ``(start, block_factors, span)`` per block: the block maps the matrix
     ``Y0`` it starts from to ``span.pi * Y0 + (U_blk @ span.r) @ (V_blk^T @ Y0)``.
     ``lazy``: A's factors are evaluated as the steps reach them (:meth:`propagate` only; a
-    collapse reads the whole table).
+    collapse reads the whole table). ``direct``: ``A(t) z`` as one function of the rows, no
+    factors read (:meth:`propagate` only).
     """
 
     def __init__(
@@ -342,6 +355,7 @@ class Schedule:
         dtype: torch.dtype,
         block: int | None = None,
         lazy: bool = False,
+        direct: Callable[[Tensor, float], Tensor] | None = None,
     ) -> None:
         if method not in METHODS:
             raise LinearizerError(f"unknown sampling method {method!r}; choose one of {METHODS}")
@@ -357,7 +371,7 @@ class Schedule:
         self.plan = [SAMPLERS[method].times(i, self.h) for i in range(steps - 1)]
         self.extra = [1.0 - self.h] if final == "predict" else []
         times = [t for ts in self.plan for t in ts] + self.extra
-        self.fac = _Factors(op, times, dtype, lazy=lazy)
+        self.fac = _Factors(op, times, dtype, lazy=lazy, direct=direct)
         if block is None and self.fac.u is not None:
             block = max(1, 128 // (self.fac.u.shape[-1] * SAMPLERS[method].new_times))
         self.block = block or 1

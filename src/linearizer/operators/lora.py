@@ -18,7 +18,7 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import torch
@@ -203,7 +203,7 @@ class TimeLoRA(LinearOperator):
             keys, counts = torch.unique_consecutive(
                 torch.stack([tt, cc.to(tt.dtype)], 1), dim=0, return_counts=True
             )
-            if isinstance(self.u_net[-2], nn.Linear) and 4 * len(keys) > len(tt) and batched:
+            if batched and self.rows_at_once(len(tt), len(keys)):
                 return self._act_rows(z, tt, cc, left)
             times = keys[:, 0]
             u, v = self._stacked_factors(times, keys[:, 1].long())
@@ -217,6 +217,13 @@ class TimeLoRA(LinearOperator):
             a, b = a.repeat_interleave(counts, 0), b.repeat_interleave(counts, 0)
         coeff = torch.bmm(z.unsqueeze(1), b)  # [B, 1, r]
         return torch.bmm(coeff, a.transpose(1, 2)).squeeze(1)
+
+    def rows_at_once(self, rows: int, keys: int) -> bool:
+        """Whether ``rows`` rows over ``keys`` distinct (time, class) pairs are cheaper applied
+        row by row from the basis (:meth:`_act_rows`) than through each pair's factors: with a
+        basis and under four rows per pair, where forming ``keys`` factor pairs of ``D x r``
+        costs more than two GEMMs over the rows."""
+        return isinstance(self.u_net[-2], nn.Linear) and 4 * keys > rows
 
     def _act_rows(self, z: Tensor, tt: Tensor, cc: Tensor, left: int) -> Tensor:
         """``A(t_b, c_b) z_b`` row by row without building any row's factors: with a basis,
@@ -345,6 +352,31 @@ class Guided(LinearOperator):
 
     def extra_repr(self) -> str:
         return f"label={self.label}, guidance={self.guidance}"
+
+
+def rows_apply(
+    ops: Sequence[LinearOperator], counts: list[int], dtype: torch.dtype
+) -> Callable[[Tensor, float], Tensor] | None:
+    """``z -> A_k(t) z`` for rows grouped by operator (``counts[k]`` rows for ``ops[k]``) in one
+    application of their class-conditional :class:`TimeLoRA`, row by row from its basis, when
+    ``ops`` are its :class:`Guided` views at one guidance and in ``dtype``, and that is cheaper
+    (:meth:`TimeLoRA.rows_at_once`); None otherwise."""
+    if not ops or not all(isinstance(g, Guided) for g in ops):
+        return None
+    views = cast(Sequence[Guided], ops)
+    base, w = views[0].op, views[0].guidance
+    same = all(g.op is base and g.guidance == w for g in views)
+    if not same or next(base.parameters()).dtype != dtype:
+        return None
+    if not base.rows_at_once(sum(counts), len(views)):
+        return None
+    labels = torch.repeat_interleave(torch.tensor([g.label for g in views]), torch.tensor(counts))
+
+    def apply(z: Tensor, t: float) -> Tensor:
+        out = base(z, t, labels.to(z.device))
+        return out if w == 0.0 else (1 + w) * out - w * base(z, t, base.null)
+
+    return apply
 
 
 class AtTime(LinearOperator):
