@@ -67,7 +67,10 @@ J = {
     "oddeqt": "docs/mixture/odd-mean-2026-12-07/equal_time/evaluation.json",
     "oddrate": "docs/mixture/odd-mean-2026-12-07/step_rate.json",
     "first_call": "docs/mixture/first_call-k10-2026-12-07.json",
-    "first_call_k20": "docs/mixture/first_call.json",
+    "first_call_k20": "docs/mixture/first_call-rows-2026-12-07.json",
+    "first_call_basis": "docs/mixture/first_call.json",
+    "first_call_cond": "docs/mixture/first_call-cond.json",
+    "rows_route": "docs/mixture/rows_route.json",
     "first_call_k20_b2b": "docs/mixture/first_call-batched-back-to-back.json",
     "first_call_k20_busy": "docs/mixture/first_call-k20-batched-2026-12-07.json",
     "first_call_memory": "docs/mixture/first_call_memory.json",
@@ -1484,9 +1487,83 @@ CHECKS += (
             "--n 64` takes {} s against {} s for the one-generator `pretrained:mnist`, {}×, and a "
             "warm call {} s against {} s",
             [
+                *first_calls("first_call_basis", "first"),
+                v("first_call_basis", "ratio_second_to_first/first"),
+                *first_calls("first_call_basis", "warm"),
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "--out docs/mixture/first_call-cond.json`): {} s against {} s, {}×",
+            [
+                v("first_call_cond", "seconds/pretrained:mnist-cond/first"),
+                v("first_call_cond", "seconds/pretrained:mnist/first"),
+                v("first_call_cond", "ratio_second_to_first/first"),
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "Before the basis route, the same benchmark read {} s against {} s ({}×,",
+            [
                 *first_calls("first_call_k20", "first"),
                 v("first_call_k20", "ratio_second_to_first/first"),
-                *first_calls("first_call_k20", "warm"),
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "(largest difference {} on latents of size {} for 64 samples of "
+            "`pretrained:mnist-mix`, {} on {} for `pretrained:mnist-cond`",
+            [
+                v("rows_route", f"cases/model=pretrained:mnist{m}/rows=64/{key}", f)
+                for m in ("-mix", "-cond")
+                for key, f in (("max_abs_difference", "e1"), ("max_abs_latent", ".1f"))
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "({} s against {} s for 64 samples of the twenty components, {} s against {} s for 64 "
+            "of the ten classes; at 19.2 rows a class the ten classes' factors are faster, {} s "
+            "against {} s)",
+            [
+                v("rows_route", f"cases/model=pretrained:mnist{m}/rows={n}/seconds/{route}")
+                for m, n, routes in (
+                    ("-mix", 64, ("basis", "factors")),
+                    ("-cond", 64, ("basis", "factors")),
+                    ("-cond", 192, ("factors", "basis")),
+                )
+                for route in routes
+            ],
+        ),
+        (
+            "docs/mixture.md",
+            "the call's peak memory is {} MB, against {} MB through every component's factors",
+            [
+                v("first_call_memory", "routes/basis/peak_rss_mb", ",.0f"),
+                v("first_call_memory", "routes/per-component factors/peak_rss_mb", ",.0f"),
+            ],
+        ),
+        (
+            "CHANGELOG.md",
+            "takes {} s against {} s for `pretrained:mnist` ({}x, median of three rounds; {} s "
+            "against {} s before), and the ten classes of `pretrained:mnist-cond` {} s against "
+            "{} s ({}x)",
+            [
+                *first_calls("first_call_basis", "first"),
+                v("first_call_basis", "ratio_second_to_first/first"),
+                *first_calls("first_call_k20", "first"),
+                v("first_call_cond", "seconds/pretrained:mnist-cond/first"),
+                v("first_call_cond", "seconds/pretrained:mnist/first"),
+                v("first_call_cond", "ratio_second_to_first/first"),
+            ],
+        ),
+        (
+            "CHANGELOG.md",
+            "The call's peak memory is {} MB ({} MB before; {} MB through every component's "
+            "factors)",
+            [
+                v("first_call_memory", "routes/basis/peak_rss_mb", ",.0f"),
+                v("first_call_memory", "routes/rows/peak_rss_mb", ",.0f"),
+                v("first_call_memory", "routes/per-component factors/peak_rss_mb", ",.0f"),
             ],
         ),
         (
@@ -1509,8 +1586,8 @@ CHECKS += (
         ),
         (
             "docs/mixture.md",
-            "The same benchmark run just before on the per-component factor route read {} s "
-            "against {} s ({}×, [first_call-batched-back-to-back.json]",
+            "and through every component's factors {} s against {} s ({}×, "
+            "[first_call-batched-back-to-back.json]",
             [
                 *first_calls("first_call_k20_b2b", "first"),
                 v("first_call_k20_b2b", "ratio_second_to_first/first"),
@@ -1522,14 +1599,6 @@ CHECKS += (
             [
                 *first_calls("first_call_k20_busy", "first"),
                 v("first_call_k20_busy", "ratio_second_to_first/first"),
-            ],
-        ),
-        (
-            "docs/mixture.md",
-            "a peak of {} MB against {} MB for the whole call",
-            [
-                v("first_call_memory", "routes/rows/peak_rss_mb", ",.0f"),
-                v("first_call_memory", "routes/per-component factors/peak_rss_mb", ",.0f"),
             ],
         ),
         (

@@ -320,7 +320,8 @@ def _classes_lora(basis: int) -> TimeLoRA:
     """A class-conditional operator moved off its zero start, in float64."""
     with torch.random.fork_rng():
         torch.manual_seed(11)
-        op = TimeLoRA(D, rank=2, emb_dim=8, hidden=16, basis=basis, classes=3).double()
+        op = TimeLoRA(D, rank=2, emb_dim=8, hidden=16, basis=basis, classes=3, v_scale=0.5)
+        op = op.double()
     gen = torch.Generator().manual_seed(11)
     with torch.no_grad():
         for p in op.parameters():
@@ -330,15 +331,16 @@ def _classes_lora(basis: int) -> TimeLoRA:
 
 @pytest.mark.parametrize("method", solvers.METHODS)
 @pytest.mark.parametrize("guidance", [0.0, 1.5])
-def test_few_rows_per_class_take_the_rows_route_and_match_the_factors(method, guidance):
-    """Classes of one operator with under four rows each: integrate_each applies the operator to
-    all rows at once from its basis (no class's factors formed), equal to integrating each
+@pytest.mark.parametrize("counts", [(1, 3, 2), (7, 5, 6)])
+def test_few_rows_per_class_take_the_rows_route_and_match_the_factors(method, guidance, counts):
+    """Classes of one operator with under twelve rows each: integrate_each steps every row's
+    coordinates in the operator's basis (no class's factors formed), equal to integrating each
     class alone up to float64 rounding, guidance included."""
     op = _classes_lora(basis=4)
     ops = [op.given(k, guidance) for k in (2, 0, 1)]
     gen = torch.Generator().manual_seed(12)
-    zs = [torch.randn(n, D, dtype=torch.float64, generator=gen) for n in (1, 3, 2)]
-    assert lora.rows_apply(ops, [1, 3, 2], torch.float64) is not None
+    zs = [torch.randn(n, D, dtype=torch.float64, generator=gen) for n in counts]
+    assert lora.rows_apply(ops, list(counts), torch.float64) is not None
     formed: list[int] = []
     stacked = op._stacked_factors
     op._stacked_factors = lambda tt, cc=None: formed.append(len(tt)) or stacked(tt, cc)
@@ -355,7 +357,8 @@ def test_the_rows_route_needs_a_basis_few_rows_one_operator_and_its_dtype():
     with_basis, without = _classes_lora(basis=4), _classes_lora(basis=0)
     three = [with_basis.given(k) for k in range(3)]
     assert lora.rows_apply(three, [1, 2, 3], torch.float64) is not None
-    assert lora.rows_apply(three, [4, 4, 4], torch.float64) is None  # four rows a class
+    assert lora.rows_apply(three, [11, 12, 12], torch.float64) is not None  # under twelve each
+    assert lora.rows_apply(three, [12, 12, 12], torch.float64) is None  # twelve rows a class
     assert lora.rows_apply(three, [1, 2, 3], torch.float32) is None  # another working dtype
     assert lora.rows_apply([without.given(k) for k in range(3)], [1, 1, 1], torch.float64) is None
     mixed = [with_basis.given(0), with_basis.given(1, 2.0)]  # two guidances

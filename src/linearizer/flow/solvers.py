@@ -245,9 +245,9 @@ def integrate_each(
     """``integrate(ops[k], zs[k])`` for every ``k`` in one pass: the rows go through every step
     together, each group through its own operator, so a mixture's few samples per component
     cost one solver run, not K. When the operators are classes of one class-conditional
-    :class:`~linearizer.operators.lora.TimeLoRA` with under four rows each, every step applies
-    it to all rows at once from its basis and forms no class's factors
-    (:func:`~linearizer.operators.lora.rows_apply`): the same map, to float64 rounding.
+    :class:`~linearizer.operators.lora.TimeLoRA` with under four rows each, the solver steps
+    every row's coordinates in its basis, one GEMM over the rows a step, and forms no class's
+    factors (:class:`~linearizer.operators.lora.BasisRows`): the same map, to float64 rounding.
 
     >>> from linearizer.operators.dense import Dense
     >>> ops = [Dense(torch.eye(3, dtype=torch.float64) * s) for s in (0.5, 2.0)]
@@ -264,9 +264,11 @@ def integrate_each(
     rows = torch.cat([z.to(dtype) for z in zs])
     # few rows per operator: the rows through their common operator at once, when it can
     direct = rows_apply(ops, stack.counts, dtype)
-    out = Schedule(stack, steps, method, final, dtype, lazy=True, direct=direct).propagate(
-        rows, None
-    )
+    sched = Schedule(stack, steps, method, final, dtype, lazy=True, direct=direct)
+    if direct is None:
+        out = sched.propagate(rows, None)
+    else:  # the solver steps the rows' coordinates in the operator's basis
+        out = direct.rows(sched.propagate(direct.start(rows, sched.fac.times), None))
     return list(out.split(stack.counts))
 
 

@@ -356,11 +356,11 @@ class Guided(LinearOperator):
 
 def rows_apply(
     ops: Sequence[LinearOperator], counts: list[int], dtype: torch.dtype
-) -> Callable[[Tensor, float], Tensor] | None:
-    """``z -> A_k(t) z`` for rows grouped by operator (``counts[k]`` rows for ``ops[k]``) in one
-    application of their class-conditional :class:`TimeLoRA`, row by row from its basis, when
-    ``ops`` are its :class:`Guided` views at one guidance and in ``dtype``, and that is cheaper
-    (:meth:`TimeLoRA.rows_at_once`); None otherwise."""
+) -> BasisRows | None:
+    """The rows route for rows grouped by operator (``counts[k]`` rows for ``ops[k]``): a
+    :class:`BasisRows` of their class-conditional :class:`TimeLoRA`, when ``ops`` are its
+    :class:`Guided` views at one guidance and in ``dtype``, and that is cheaper
+    (:meth:`BasisRows.pays`); None otherwise."""
     if not ops or not all(isinstance(g, Guided) for g in ops):
         return None
     views = cast(Sequence[Guided], ops)
@@ -368,15 +368,107 @@ def rows_apply(
     same = all(g.op is base and g.guidance == w for g in views)
     if not same or next(base.parameters()).dtype != dtype:
         return None
-    if not base.rows_at_once(sum(counts), len(views)):
+    if not BasisRows.pays(base, sum(counts), len(views)):
         return None
     labels = torch.repeat_interleave(torch.tensor([g.label for g in views]), torch.tensor(counts))
+    return BasisRows(base, labels, w)
 
-    def apply(z: Tensor, t: float) -> Tensor:
-        out = base(z, t, labels.to(z.device))
-        return out if w == 0.0 else (1 + w) * out - w * base(z, t, base.null)
 
-    return apply
+class BasisRows:
+    """``A_{c_b, w}(t)`` on rows whose class ``c_b`` differs row by row, each row kept in the
+    coordinates of the operator's basis, so a solver step costs one GEMM over the rows.
+
+    With a basis, ``U(t, c) = sum_l hu_l(t, c) Wu_l`` (the last Linear's bias is one more basis
+    matrix, with weight 1), and likewise ``V``. Every ``A(t, c) z`` lies in the span of the
+    ``Wu_l``, so a row the solver has stepped is ``z = pi z0 + Wu y`` (``Wu`` the basis side by
+    side, ``[D, R]``), and ``V(t, c)^T z = pi V^T z0 + V^T Wu y`` needs only ``Wv^T z0`` (once)
+    and the ``R x R`` Gram matrix ``Wu^T Wv``: one ``[n, R] x [R, R]`` product a step instead of
+    two ``[n, D] x [D, R]``. The solver steps the state ``[y, pi]`` (one row per row, ``pi`` in
+    the last column) as it would step the rows: every step is linear in it.
+    """
+
+    def __init__(self, base: TimeLoRA, labels: Tensor, guidance: float = 0.0) -> None:
+        self.base, self.guidance = base, guidance
+        keys = labels.tolist() + ([base.null] if guidance != 0.0 else [])
+        self.keys = torch.tensor(sorted(set(keys)), device=base.u_class.weight.device)
+        self.rows_of = {int(k): i for i, k in enumerate(self.keys.tolist())}
+        self.row_keys = torch.tensor(
+            [self.rows_of[int(k)] for k in labels.tolist()], device=self.keys.device
+        )
+        self.wu, self.wv = (_basis_side_by_side(base, net) for net in (base.u_net, base.v_net))
+        self.gram = self.wu.T @ self.wv
+        self.p0: Tensor | None = None
+        self.z0: Tensor | None = None
+        self.h: dict[float, tuple[Tensor, Tensor]] = {}
+
+    @staticmethod
+    def pays(base: TimeLoRA, rows: int, keys: int) -> bool:
+        """Whether ``rows`` rows over ``keys`` classes are cheaper stepped in the basis than
+        through each class's factors: with a basis, under twelve rows a class, where the basis
+        measured faster on both shipped mixtures at T = 1000 in float64
+        (``benchmarks/rows_route.py``)."""
+        return isinstance(base.u_net[-2], nn.Linear) and rows < 12 * keys
+
+    def start(self, z0: Tensor, times: Sequence[float]) -> Tensor:
+        """The state of rows ``z0`` (``y = 0``, ``pi = 1``), to be stepped through ``times``:
+        the basis weights of every class at every time come from a few hypernetwork passes."""
+        self.z0, self.p0 = z0, z0 @ self.wv
+        self.h = {}
+        for first in range(0, len(times), 64):  # 64 times a pass keeps its activations small
+            self.h.update(self._weights(times[first : first + 64], z0.dtype))
+        state = z0.new_zeros(len(z0), self.gram.shape[0] + 1)
+        state[:, -1] = 1.0
+        return state
+
+    def _weights(self, times: Sequence[float], dtype: torch.dtype) -> dict:
+        """Every class's basis weights ``(hu, hv)`` (``[classes, L + 1]`` each) at each time."""
+        base, k = self.base, len(self.keys)
+        tt = torch.tensor(list(times), dtype=dtype, device=self.keys.device).repeat_interleave(k)
+        cc = self.keys.repeat(len(times))
+        hu, hv = (
+            _with_one(_run(cast(nn.Sequential, net[:-1]), tt, emb(cc))).view(len(times), k, -1)
+            for net, emb in ((base.u_net, base.u_class), (base.v_net, base.v_class))
+        )
+        return {t: (hu[i], hv[i]) for i, t in enumerate(times)}
+
+    def rows(self, state: Tensor) -> Tensor:
+        """The rows ``pi z0 + Wu y`` of a state."""
+        assert self.z0 is not None
+        return torch.addmm(state[:, -1:] * self.z0, state[:, :-1], self.wu.T)
+
+    def __call__(self, state: Tensor, t: float) -> Tensor:
+        """The state of ``A(t, c_b) z_b`` for every row's state ``[y, pi]``."""
+        assert self.p0 is not None
+        n, (hu, hv), w = len(state), self.h[t], self.guidance
+        p = torch.addmm(state[:, -1:] * self.p0, state[:, :-1], self.gram)
+        p = p.view(n, self.base.rank, -1)
+        y = self._expand(p, hu[self.row_keys], hv[self.row_keys])
+        if w != 0.0:
+            null = self.rows_of[self.base.null]
+            y = (1 + w) * y - w * self._expand(p, hu[null].expand(n, -1), hv[null].expand(n, -1))
+        return torch.cat([y.reshape(n, -1), y.new_zeros(n, 1)], 1)
+
+    def _expand(self, p: Tensor, hu: Tensor, hv: Tensor) -> Tensor:
+        """``y`` of ``U (V^T z)`` from ``p = Wv^T z`` (``[n, r, L + 1]``) and each row's basis
+        weights ``hu``, ``hv`` (``[n, L + 1]``)."""
+        coeff = (p * hv[:, None, :]).sum(-1)
+        if self.base.v_scale != 1.0:
+            coeff = coeff * self.base.v_scale
+        return coeff[:, :, None] * hu[:, None, :]
+
+
+def _basis_side_by_side(base: TimeLoRA, net: nn.Sequential) -> Tensor:
+    """A hypernetwork's basis matrices and bias matrix side by side, ``[D, r (L + 1)]``, column
+    ``j (L + 1) + l`` the ``j``-th factor column of basis matrix ``l`` (the bias last)."""
+    last = cast(nn.Linear, net[-1])
+    d, r = base.out_features, base.rank
+    weight = last.weight.view(d, r, -1)
+    return torch.cat([weight, last.bias.view(d, r, 1)], 2).reshape(d, -1)
+
+
+def _with_one(h: Tensor) -> Tensor:
+    """Basis weights ``h`` and the bias matrix's weight 1."""
+    return torch.cat([h, h.new_ones(len(h), 1)], 1)
 
 
 class AtTime(LinearOperator):
