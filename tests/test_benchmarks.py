@@ -233,6 +233,34 @@ def test_linearity_stages_splits_the_float32_error_by_stage(tmp_path):
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
 
 
+def test_linearity_blocks_takes_each_float32_module_of_the_data_side_to_float64(tmp_path):
+    """benchmarks/linearity_blocks.py on a smoke run with a logit and a fully connected tail:
+    one row per float32 module (the logit, the blocks before the tail) and one with all of
+    them, each with finite maxima for both signs; a run without a logit is one line."""
+    from linearizer.cli.main import main
+
+    run, plain = tmp_path / "run", tmp_path / "plain"
+    args = ["train", "flow", "--preset", "smoke", "--set", "progress=false", "--out"]
+    wide = ["--set", "network.logit=0.05", "--set", "network.dense_blocks=1"]
+    assert main([*args, str(run), *wide]) == 0
+    assert main([*args, str(plain)]) == 0
+    out = tmp_path / "blocks.json"
+    cmd = [sys.executable, str(BENCH / "linearity_blocks.py"), str(run), "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["float32_modules"] == ["logit", "block 0"]
+    assert report["tail_blocks_float64"] == 1
+    wides = [r["float64"] for r in report["rows"]]
+    assert wides == [[], ["logit"], ["block 0"], ["logit", "block 0"]]
+    for r in report["rows"]:
+        assert 0 < r["a_neg"] < 1e-2 and 0 < r["a_pos"] < 1e-2
+        assert len(r["worst_a_neg_pairs"]) == 5
+    bad = subprocess.run([*cmd[:2], str(plain)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "has no logit" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
 def test_latent_spread_measures_each_components_samples(tmp_path):
     """benchmarks/latent_spread.py on a smoke run: one spread per component, the median of
     them, and the test images' spread; a folder that is no run is one line."""
@@ -255,3 +283,17 @@ def test_latent_spread_measures_each_components_samples(tmp_path):
     assert row["data_latent_spread"] > 0 and row["data_latent_mean_norm"] >= 0
     bad = subprocess.run([*cmd[:2], str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
+
+
+def test_rows_route_times_both_routes_of_a_shipped_mixture(tmp_path):
+    """benchmarks/rows_route.py on a few rows and steps: both routes timed, their data latents
+    equal to float64 rounding, and the route that ``sample`` takes named."""
+    out = tmp_path / "rows_route.json"
+    cmd = [sys.executable, str(BENCH / "rows_route.py"), "--models", "pretrained:mnist-mix"]
+    cmd += ["--rows", "8", "--steps", "10", "--rounds", "1", "--threads", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (case,) = json.loads(out.read_text())["cases"]
+    assert case["rows"] == 8 and case["sample_takes"] == "basis"
+    assert min(case["seconds"].values()) > 0
+    assert case["max_abs_difference"] <= 1e3 * 2.0**-52 * case["max_abs_latent"]

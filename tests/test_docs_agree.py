@@ -71,6 +71,9 @@ J = {
     "first_call_basis": "docs/mixture/first_call.json",
     "first_call_cond": "docs/mixture/first_call-cond.json",
     "rows_route": "docs/mixture/rows_route.json",
+    "repro_fast": "docs/repro-2026-12-08/results.json",
+    "eval_fast": "docs/repro-2026-12-08/evaluation/results.json",
+    "blocks": "docs/flow/stages-2026-12-08/linearity_blocks.json",
     "first_call_k20_b2b": "docs/mixture/first_call-batched-back-to-back.json",
     "first_call_k20_busy": "docs/mixture/first_call-k20-batched-2026-12-07.json",
     "first_call_memory": "docs/mixture/first_call_memory.json",
@@ -1621,6 +1624,79 @@ CHECKS += (
         ),
     ]
 )
+
+
+def fast_linearity() -> list[tuple[str, str, str]]:
+    """The faster machine's main job (2026-12-08): float32 linearity, sums, a > 0, a < 0."""
+    keys = ("additivity_float32", "homogeneity_float32_a_pos", "homogeneity_float32_a_neg")
+    return [v("repro_fast", f"claims/linearity/{k}", "e1") for k in keys]
+
+
+def blocks_row(name: str) -> list[tuple[str, str, str]]:
+    """A row of roundtrip.md §14: the a < 0 and a > 0 maxima with some modules in float64."""
+    return [v("blocks", row(name, key), "e1") for key in ("a_neg", "a_pos")]
+
+
+CHECKS += [
+    (
+        "BENCHMARKS.md",
+        "{} of {} claims ([results.json](docs/repro-2026-12-08/results.json)): float32 linearity "
+        "{} for sums, {} for positive scalars and {} for negative ones; float32 inversion through "
+        "B {} dB. Its trained map alone scores FID (LeNet) {} and FID (judge) {}",
+        [
+            v("repro_fast", "claims/#passed", "d"),
+            v("repro_fast", "claims/#count", "d"),
+            *fast_linearity(),
+            v("repro_fast", "claims/inversion/psnr_db_float32"),
+            *fid("eval_fast", "method"),
+        ],
+    ),
+    ("BENCHMARKS.md", "the 5,600 steps ran in {} s", [v("repro_fast", "train_s", ",.0f")]),
+    (
+        "README.md",
+        "4.47 steps/s, {} of {} claims, [docs/repro-2026-12-08/]",
+        [v("repro_fast", "claims/#passed", "d"), v("repro_fast", "claims/#count", "d")],
+    ),
+    (
+        "docs/flow/roundtrip.md",
+        "printed {} of {} claims hold ([results.json](../repro-2026-12-08/results.json)): float32 "
+        "linearity {} for sums, {} for a > 0 and {} for a < 0 (float64: {}), float32 inversion "
+        "through B {} dB",
+        [
+            v("repro_fast", "claims/#passed", "d"),
+            v("repro_fast", "claims/#count", "d"),
+            *fast_linearity(),
+            v("repro_fast", "claims/linearity/max_rel_err_float64", "e1"),
+            v("repro_fast", "claims/inversion/psnr_db_float32"),
+        ],
+    ),
+    (
+        "docs/flow/roundtrip.md",
+        "composes the passes as `benchmarks/linearity_stages.py` does and reads {} where the "
+        "claim reads {})",
+        [
+            v("blocks", row("none", "a_neg"), "e1"),
+            v("repro_fast", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+        ],
+    ),
+    (
+        "docs/flow/roundtrip.md",
+        "| nothing more (the tail only) | {} | {} | | the logit | {} | {} | | the convolutional "
+        "block | {} | {} | | the logit and the convolutional block | {} | {} |",
+        [x for n in ("none", "logit", "block 0", "logit, block 0") for x in blocks_row(n)],
+    ),
+    (
+        "CHANGELOG.md",
+        "8 of 8 claims, float32 linearity {} for negative scalars; docs/repro-2026-12-08/) the "
+        "convolutional block carries the negative scalars' excess: with it in float64 they read "
+        "{} against {}",
+        [
+            v("repro_fast", "claims/linearity/homogeneity_float32_a_neg", "e1"),
+            v("blocks", row("block 0", "a_neg"), "e1"),
+            v("blocks", row("none", "a_neg"), "e1"),
+        ],
+    ),
+]
 
 
 # ---------------------------------------------------------------- the checker

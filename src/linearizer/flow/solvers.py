@@ -104,7 +104,7 @@ class _Factors:
         lazy: bool = False,
         direct: Callable[[Tensor, float], Tensor] | None = None,
     ) -> None:
-        self.direct = direct  # A(t) z applied as a whole (the operator's own rows route)
+        self.direct = direct  # A(t) on the solver's whole state (an operator's own route)
         self.times = list(dict.fromkeys(times))
         self.index = {t: k for k, t in enumerate(self.times)}
         self.op, self.dtype, self.chunk, self.lazy = op, dtype, chunk, lazy
@@ -245,7 +245,7 @@ def integrate_each(
     """``integrate(ops[k], zs[k])`` for every ``k`` in one pass: the rows go through every step
     together, each group through its own operator, so a mixture's few samples per component
     cost one solver run, not K. When the operators are classes of one class-conditional
-    :class:`~linearizer.operators.lora.TimeLoRA` with under four rows each, the solver steps
+    :class:`~linearizer.operators.lora.TimeLoRA` with under twelve rows each, the solver steps
     every row's coordinates in its basis, one GEMM over the rows a step, and forms no class's
     factors (:class:`~linearizer.operators.lora.BasisRows`): the same map, to float64 rounding.
 
@@ -344,8 +344,9 @@ class Schedule:
     :meth:`blocks` yields ``(start, block_factors, span)`` per block: the block maps the matrix
     ``Y0`` it starts from to ``span.pi * Y0 + (U_blk @ span.r) @ (V_blk^T @ Y0)``.
     ``lazy``: A's factors are evaluated as the steps reach them (:meth:`propagate` only; a
-    collapse reads the whole table). ``direct``: ``A(t) z`` as one function of the rows, no
-    factors read (:meth:`propagate` only).
+    collapse reads the whole table). ``direct``: ``A(t)`` as one function of the state that
+    :meth:`propagate` steps (the rows, or their coordinates in an operator's basis), no factors
+    read (:meth:`propagate` only).
     """
 
     def __init__(
