@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from torch import Tensor, nn
 
 from linearizer.errors import LinearizerError
 from linearizer.flow.model import DATA
+from linearizer.io import write_json
 from linearizer.repro.claims import _linearity_pairs
 from linearizer.repro.context import Context
 from linearizer.repro.numbers import F64
@@ -117,8 +117,7 @@ def main() -> int:
         "rows": rows,
     }
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        write_json(args.out, report)
     return 0
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from linearizer.flow import solvers
+from linearizer.io import write_json
 from linearizer.operators import lora
 from linearizer.training.runs import load_run
 
@@ -95,11 +96,9 @@ def main() -> int:
         "sampler": f"Euler, T = {args.steps}, final predict, float64, guidance 0",
         "cases": cases,
     }
-    text = json.dumps(result, indent=2)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+        write_json(args.out, result)
+    print(json.dumps(result, indent=2))
     return 0
 
 
